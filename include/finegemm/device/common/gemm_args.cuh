@@ -1,0 +1,25 @@
+// Run-time arguments of the GEMM kernels, filled on the host and passed by value as one __grid_constant__ parameter.
+#pragma once
+
+#include "finegemm/device/common/types.cuh"
+
+namespace finegemm::device {
+
+struct GemmArgs {
+  TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, BLOCK_M / A-multicast split), 128B swizzle
+  TmaDescriptor tma_b;        ///< B as 2D [G * N, K] fp8, box (128, BLOCK_N / B-multicast split), 128B swizzle
+  TmaDescriptor tma_sa;       ///< SA MN-major as 2D [G * KB, M_pad] fp32, box (rows, 1) (unused when SA is K-major)
+  TmaDescriptor tma_d;        ///< D as 2D [rows, N] bf16, box (epilogue slab width, 64), swizzled like the smem tile
+  const float* sb;            ///< [G, NB, KB] fp32
+  const float* sa_k_major;    ///< [rows, KB] fp32 with row stride ld_sa (K-major SA only)
+  uint16_t* d;                ///< D base pointer (bf16), for edge tiles written without TMA
+  const int32_t* grouped_layout;  ///< m_indices (contiguous) or masked_m (masked)
+  uint32_t* error_flags;      ///< device error word (kError* bits)
+  int64_t ld_sa;              ///< row stride of K-major SA, elements
+  int64_t ld_d;               ///< row stride of D, elements
+  int32_t num_rows;           ///< M (normal), M_sum (contiguous), M_max (masked)
+  int32_t num_a_rows;         ///< rows of the 2D A view: M, M_sum, or G * M_max
+  int32_t num_groups;
+};
+
+}  // namespace finegemm::device

@@ -1,0 +1,54 @@
+// Compile-time geometry of the GEMM kernel, shared by the kernel and by the host heuristic (which must agree on the
+// shared-memory footprint and the epilogue's TMA box).
+#pragma once
+
+#include "finegemm/device/common/types.cuh"
+
+namespace finegemm::device {
+
+inline constexpr uint32_t kBlockK = 128;
+inline constexpr uint32_t kNumProducerThreads = 128;
+inline constexpr uint32_t kWarpgroupRows = 64;
+
+FG_HOST_DEVICE constexpr uint32_t gemm_num_threads(uint32_t block_m) {
+  return kNumProducerThreads + (block_m / kWarpgroupRows) * 128;
+}
+
+/// Shared-memory layout of one kernel instance (byte offsets from a 1024-aligned base).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K>
+struct GemmSmemLayout {
+  static constexpr uint32_t kNumKBlocks = ceil_div(K, kBlockK);
+  static constexpr uint32_t kNumMathWarpgroups = BLOCK_M / kWarpgroupRows;
+  static constexpr uint32_t kDBytes = align_up(BLOCK_M * BLOCK_N * 2u, 1024u);           // (BLOCK_M, BLOCK_N) bf16
+  static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
+  static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
+  static constexpr uint32_t kSaBytesPerStage = align_up(BLOCK_M * 4u, 128u);             // (BLOCK_M) fp32
+  static constexpr uint32_t kSbBytesPerWarpgroup = align_up(2 * kNumKBlocks * 4u, 16u);  // (2, KB) fp32
+  static constexpr uint32_t kOffsetD = 0;
+  static constexpr uint32_t kOffsetA = kOffsetD + kDBytes;
+  static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kABytesPerStage;
+  static constexpr uint32_t kOffsetSa = kOffsetB + kNumStages * kBBytesPerStage;
+  static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage;
+  static constexpr uint32_t kOffsetBarriers = kOffsetSb + kNumMathWarpgroups * kSbBytesPerWarpgroup;
+  static constexpr uint32_t kBarrierBytes = 2 * kNumStages * 8;                           // full + empty
+  static constexpr uint32_t kTotalBytes = kOffsetBarriers + kBarrierBytes;
+  static constexpr uint32_t kAlignmentSlack = 1024;  // the dynamic shared base is aligned up to 1024 in the kernel
+  static constexpr uint32_t kLaunchBytes = kTotalBytes + kAlignmentSlack;
+};
+
+/// Run-time twin of GemmSmemLayout<...>::kLaunchBytes for the host heuristic.
+FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages,
+                                                         uint32_t k) {
+  const uint32_t num_k_blocks = ceil_div(k, kBlockK);
+  const uint32_t d_bytes = align_up(block_m * block_n * 2u, 1024u);
+  const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK + align_up(block_m * 4u, 128u);
+  const uint32_t sb_bytes = (block_m / kWarpgroupRows) * align_up(2 * num_k_blocks * 4u, 16u);
+  return d_bytes + num_stages * stage_bytes + sb_bytes + 2 * num_stages * 8 + 1024;
+}
+
+/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it.
+FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n) {
+  return block_n % 64 == 0 ? 128 : (block_n % 32 == 0 ? 64 : 32);
+}
+
+}  // namespace finegemm::device

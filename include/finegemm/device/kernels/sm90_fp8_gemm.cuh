@@ -1,0 +1,268 @@
+// The FP8 GEMM kernel with fine-grained scaling for sm_90a: D = (A * SA) x (B * SB)^T, all GEMM kinds.
+//
+// Persistent and warp-specialized: one CTA per SM walks its tiles (TileScheduler). The last warpgroup produces:
+// one thread issues TMA loads of A, B (and SA when MN-major) into a kNumStages ring guarded by full/empty mbarriers;
+// when SA is K-major, one warp gathers it instead. One or two math warpgroups (64 rows each) issue wgmma and promote
+// each 128-wide K block's fp32 result into a second accumulator with the SA * SB scales (Hopper's FP8 tensor-core
+// accumulation keeps about 14 bits). The epilogue converts to bf16, stores with stmatrix into a swizzled shared tile
+// and writes it with TMA stores that overlap the next tile's main loop.
+#pragma once
+
+#include "finegemm/device/common/gemm_args.cuh"
+#include "finegemm/device/common/gemm_layout.cuh"
+#include "finegemm/device/common/types.cuh"
+#include "finegemm/device/epilogue.cuh"
+#include "finegemm/device/ptx/ld_st.cuh"
+#include "finegemm/device/ptx/mbarrier.cuh"
+#include "finegemm/device/ptx/sync.cuh"
+#include "finegemm/device/ptx/tma.cuh"
+#include "finegemm/device/ptx/wgmma.cuh"
+#include "finegemm/device/scheduler.cuh"
+
+namespace finegemm::device {
+
+inline constexpr uint32_t kProducerRegisters = 40;
+inline constexpr uint32_t kMathRegisters = 232;
+
+/// Named barriers (id 0 is __syncthreads).
+enum class NamedBarrier : uint32_t { kMathWarpgroup0 = 1, kMathWarpgroup1 = 2 };
+
+/// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.
+template <uint32_t kNumStages>
+struct PipelineState {
+  uint32_t stage = 0;
+  uint32_t phase = 0;
+  FG_DEVICE void advance() {
+    if (++stage == kNumStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
+          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor>
+__global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
+    sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
+  // ---- Config checks --------------------------------------------------------------------------
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "one or two math warpgroups of 64 rows");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
+  static_assert(N % 8 == 0 && K % 16 == 0, "N % 8 == 0 and K % 16 == 0 (16-byte TMA strides)");
+  static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kClusterSize == 1 || !kMulticastOnA || BLOCK_M % (8 * kClusterSize) == 0, "A multicast split");
+  static_assert(kClusterSize == 1 || kMulticastOnA || BLOCK_N % (8 * kClusterSize) == 0, "B multicast split");
+  static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K>::kLaunchBytes ==
+                    gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K),
+                "host and device agree on the shared-memory footprint");
+
+  // ---- Types and constants ----------------------------------------------------------------------
+  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K>;
+  using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N>;
+  constexpr GemmKind kGemmKind = static_cast<GemmKind>(kKind);
+  constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
+  constexpr uint32_t kNumNBlocks = ceil_div(N, BLOCK_N);
+  constexpr uint32_t kNumSbBlocks = ceil_div(N, 128u);
+  constexpr uint32_t kNumMathWarpgroups = Layout::kNumMathWarpgroups;
+  constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
+  constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
+  constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;  // a tile never straddles two 128-column SB blocks
+  constexpr uint32_t kASplit = (kClusterSize == 2 && kMulticastOnA) ? 2 : 1;
+  constexpr uint32_t kBSplit = (kClusterSize == 2 && !kMulticastOnA) ? 2 : 1;
+  constexpr uint32_t kStageBytes =
+      Layout::kABytesPerStage + Layout::kBBytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
+  constexpr uint32_t kFullArrivals = 1 + (kSaKMajor ? 32 : 0);
+  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kClusterSize, kMulticastOnA>;
+
+  // ---- Shared memory carve-up -----------------------------------------------------------------------
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uint64_t>(smem_raw), uint64_t(1024)));
+  uint8_t* smem_d = smem + Layout::kOffsetD;                                 // (BLOCK_M, BLOCK_N) bf16, swizzled slabs
+  uint8_t* smem_a = smem + Layout::kOffsetA;                                 // (kNumStages, BLOCK_M, BLOCK_K) fp8
+  uint8_t* smem_b = smem + Layout::kOffsetB;                                 // (kNumStages, BLOCK_N, BLOCK_K) fp8
+  float* smem_sa = reinterpret_cast<float*>(smem + Layout::kOffsetSa);       // (kNumStages, BLOCK_M) fp32, padded
+  float* smem_sb = reinterpret_cast<float*>(smem + Layout::kOffsetSb);       // (math warpgroups, 2, KB) fp32
+  uint64_t* full_barriers = reinterpret_cast<uint64_t*>(smem + Layout::kOffsetBarriers);  // (kNumStages)
+  uint64_t* empty_barriers = full_barriers + kNumStages;                                  // (kNumStages)
+  constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
+
+  const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
+  const uint32_t lane_idx = ptx::lane_id();
+  const uint32_t cta_rank = kClusterSize > 1 ? ptx::cluster_cta_rank() : 0;
+
+  // ---- Barrier init + fence + cluster sync ----------------------------------------------------------
+  if (threadIdx.x == kNumMathThreads) {
+    ptx::tma_prefetch_descriptor(&args.tma_a);
+    ptx::tma_prefetch_descriptor(&args.tma_b);
+    if constexpr (!kSaKMajor) ptx::tma_prefetch_descriptor(&args.tma_sa);
+    ptx::tma_prefetch_descriptor(&args.tma_d);
+    for (uint32_t s = 0; s < kNumStages; ++s) {
+      ptx::mbarrier_init(&full_barriers[s], kFullArrivals);
+      ptx::mbarrier_init(&empty_barriers[s], kClusterSize * kNumMathWarps);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  if constexpr (kClusterSize > 1) {
+    ptx::cluster_arrive();
+    ptx::cluster_wait();
+  } else {
+    __syncthreads();
+  }
+
+  Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x, gridDim.x);
+  Tile tile;
+
+  // ---- Register reconfiguration, then producer / math --------------------------------------------------
+  if (threadIdx.x >= kNumMathThreads) {
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    const uint32_t producer_warp = warp_idx - kNumMathWarps;
+    PipelineState<kNumStages> pipe;
+
+    if (producer_warp == 0 && lane_idx == 0) {
+      // TMA issuer.
+      while (scheduler.next(tile)) {
+        const int32_t b_row = tile.group * int32_t(N) + tile.n_block * int32_t(BLOCK_N);
+        const int32_t sa_row_base = (kGemmKind == GemmKind::kGroupedMasked)
+                                        ? tile.row_base - tile.group * args.num_rows
+                                        : tile.row_base;
+        const int32_t sa_kb_base = (kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(kNumKBlocks) : 0;
+        for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          uint64_t* full = &full_barriers[pipe.stage];
+          ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+          const int32_t k_idx = int32_t(kb * kBlockK);
+          uint8_t* a_dst = smem_a + pipe.stage * Layout::kABytesPerStage;
+          uint8_t* b_dst = smem_b + pipe.stage * Layout::kBBytesPerStage;
+          float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
+          if constexpr (kASplit == 2) {
+            constexpr uint32_t kRows = BLOCK_M / 2;
+            ptx::tma_load_2d_multicast(&args.tma_a, full, a_dst + cta_rank * kRows * kBlockK, k_idx,
+                                       tile.row_base + int32_t(cta_rank * kRows), 0b11);
+            if constexpr (!kSaKMajor)
+              ptx::tma_load_2d_multicast(&args.tma_sa, full, sa_dst + cta_rank * kRows,
+                                         sa_row_base + int32_t(cta_rank * kRows), sa_kb_base + int32_t(kb), 0b11);
+          } else {
+            ptx::tma_load_2d(&args.tma_a, full, a_dst, k_idx, tile.row_base);
+            if constexpr (!kSaKMajor)
+              ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
+          }
+          if constexpr (kBSplit == 2) {
+            constexpr uint32_t kRows = BLOCK_N / 2;
+            ptx::tma_load_2d_multicast(&args.tma_b, full, b_dst + cta_rank * kRows * kBlockK, k_idx,
+                                       b_row + int32_t(cta_rank * kRows), 0b11);
+          } else {
+            ptx::tma_load_2d(&args.tma_b, full, b_dst, k_idx, b_row);
+          }
+          pipe.advance();
+        }
+      }
+    } else if (kSaKMajor && producer_warp == 1) {
+      // K-major SA: gather one column of scales per stage with ordinary loads, then each lane arrives.
+      while (scheduler.next(tile)) {
+        for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
+          for (uint32_t i = lane_idx; i < BLOCK_M; i += 32) {
+            const int32_t row = tile.row_base + int32_t(i);
+            const float v = row < args.num_a_rows ? ptx::ld_global_nc_f32(args.sa_k_major + row * args.ld_sa + kb)
+                                                  : 0.0f;
+            ptx::st_shared_f32(sa_dst + i, v);
+          }
+          ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
+          pipe.advance();
+        }
+      }
+    }
+  } else {
+    ptx::setmaxnreg_inc<kMathRegisters>();
+    const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
+    const uint32_t wg_thread = threadIdx.x % 128;
+    const uint32_t warp_in_wg = warp_idx % 4;
+    const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;  // tile rows of this thread
+    const uint32_t r1 = r0 + 8;
+    const uint32_t wg_barrier = static_cast<uint32_t>(NamedBarrier::kMathWarpgroup0) + math_wg;
+    float* wg_sb = smem_sb + math_wg * (Layout::kSbBytesPerWarpgroup / 4);
+    PipelineState<kNumStages> pipe;
+
+    float accum[BLOCK_N / 2];
+    float final_accum[BLOCK_N / 2];
+
+    while (scheduler.next(tile)) {
+      // SB of this tile: one or two 128-column blocks (the tile may straddle a block boundary).
+      const uint32_t n_start = tile.n_block * BLOCK_N;
+      const uint32_t sb_block = n_start / 128;
+      const uint32_t split_col = kUniformScaleB ? BLOCK_N : min_of(BLOCK_N, 128 - n_start % 128);
+      const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
+      const bool has_second = !kUniformScaleB && split_col < BLOCK_N && sb_block + 1 < kNumSbBlocks;
+      for (uint32_t i = wg_thread; i < kNumKBlocks; i += 128) {
+        ptx::st_shared_f32(wg_sb + i, ptx::ld_global_nc_f32(sb_src + i));
+        if constexpr (!kUniformScaleB)
+          ptx::st_shared_f32(wg_sb + kNumKBlocks + i, has_second ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + i) : 0.f);
+      }
+      ptx::named_barrier_sync(wg_barrier, 128);
+
+#pragma unroll
+      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
+
+      for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+        const float sb0 = ptx::ld_shared_f32(wg_sb + kb);
+        const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(wg_sb + kNumKBlocks + kb);
+        ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+        // Read the row scales before releasing the stage.
+        const float* sa = smem_sa + pipe.stage * kSaFloatsPerStage;
+        const float sa0 = ptx::ld_shared_f32(sa + r0);
+        const float sa1 = ptx::ld_shared_f32(sa + r1);
+
+        const uint8_t* a_tile = smem_a + pipe.stage * Layout::kABytesPerStage + math_wg * kWarpgroupRows * kBlockK;
+        const uint8_t* b_tile = smem_b + pipe.stage * Layout::kBBytesPerStage;
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (uint32_t k = 0; k < kBlockK / 32; ++k) {
+          const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(a_tile + k * 32);
+          const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(b_tile + k * 32);
+          ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, accum, k > 0);
+        }
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait_group<0>();
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
+
+        // Release the stage before promotion so TMA refills it meanwhile.
+        if constexpr (kClusterSize == 1) {
+          if (lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[pipe.stage]);
+        } else {
+          if (lane_idx < kClusterSize) ptx::mbarrier_arrive_cluster(&empty_barriers[pipe.stage], lane_idx);
+        }
+
+        // Promotion: the fp32 block result, scaled by SA * SB, into the running accumulator.
+        const float s00 = sa0 * sb0, s10 = sa1 * sb0;
+        const float s01 = sa0 * sb1, s11 = sa1 * sb1;
+#pragma unroll
+        for (uint32_t j = 0; j < BLOCK_N / 8; ++j) {
+          const bool first_block = kUniformScaleB || j * 8 < split_col;
+          const float scale_r0 = first_block ? s00 : s01;
+          const float scale_r1 = first_block ? s10 : s11;
+          final_accum[j * 4 + 0] += scale_r0 * accum[j * 4 + 0];
+          final_accum[j * 4 + 1] += scale_r0 * accum[j * 4 + 1];
+          final_accum[j * 4 + 2] += scale_r1 * accum[j * 4 + 2];
+          final_accum[j * 4 + 3] += scale_r1 * accum[j * 4 + 3];
+        }
+        pipe.advance();
+      }
+
+      // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
+      Epilogue::store(final_accum, smem_d, math_wg, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile, args, N);
+    }
+    if (wg_thread == 0) ptx::tma_store_wait<0>();
+    if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
+  }
+
+  // ---- Teardown: no CTA leaves while its peer may still signal its barriers or write its shared memory --------
+  if constexpr (kClusterSize > 1) {
+    ptx::cluster_arrive();
+    ptx::cluster_wait();
+  }
+}
+
+}  // namespace finegemm::device

@@ -1,0 +1,84 @@
+// Loads, stores and conversions (PTX ISA 9.7.9, 9.7.16.3 stmatrix, 9.7.9.21 cvt). One function = one instruction.
+#pragma once
+
+#include "finegemm/device/common/types.cuh"
+#include "finegemm/device/ptx/mbarrier.cuh"
+
+namespace finegemm::device::ptx {
+
+FG_DEVICE float ld_shared_f32(const float* ptr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(ptr)));
+  return v;
+}
+
+FG_DEVICE void st_shared_f32(float* ptr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(ptr)), "f"(v) : "memory");
+}
+
+/// Read-only global load through the non-coherent path.
+FG_DEVICE float ld_global_nc_f32(const float* ptr) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
+  return v;
+}
+
+FG_DEVICE int32_t ld_global_s32(const int32_t* ptr) {
+  int32_t v;
+  asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+
+FG_DEVICE void ld_shared_v4_b32(const void* ptr, uint32_t (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(smem_addr(ptr)));
+}
+
+FG_DEVICE void st_global_v4_b32(void* ptr, const uint32_t (&v)[4]) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+/// Packs two floats into bf16x2 with round-to-nearest-even: `lo` in the low half.
+FG_DEVICE uint32_t cvt_bf16x2(float lo, float hi) {
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+/// Four 8x8 b16 matrices to shared memory; lane i gives the row address for matrix i / 8, row i % 8.
+FG_DEVICE void stmatrix_x4(void* row_ptr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_ptr)), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+/// Two 8x8 b16 matrices to shared memory; lanes 0-15 give the row addresses.
+FG_DEVICE void stmatrix_x2(void* row_ptr, uint32_t r0, uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.x2.m8n8.shared.b16 [%0], {%1, %2};" ::"r"(smem_addr(row_ptr)), "r"(r0), "r"(r1)
+               : "memory");
+}
+
+FG_DEVICE void atomic_or_global(uint32_t* ptr, uint32_t bits) {
+  asm volatile("red.relaxed.gpu.global.or.b32 [%0], %1;" ::"l"(ptr), "r"(bits) : "memory");
+}
+
+}  // namespace finegemm::device::ptx
+
+namespace finegemm::device::ptx {
+
+/// Loads a float from the shared memory of CTA `cta_rank` of this cluster, at the offset of `ptr` in this CTA.
+FG_DEVICE float ld_shared_cluster_f32(const float* ptr, uint32_t cta_rank) {
+  float v;
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %1, %2;\n"
+      "ld.shared::cluster.f32 %0, [remote];\n}\n"
+      : "=f"(v)
+      : "r"(smem_addr(ptr)), "r"(cta_rank)
+      : "memory");
+  return v;
+}
+
+}  // namespace finegemm::device::ptx

@@ -1,0 +1,56 @@
+// mbarrier: shared-memory barriers with transaction counts (PTX ISA 9.7.13.15). One function = one instruction.
+#pragma once
+
+#include "finegemm/device/common/types.cuh"
+
+namespace finegemm::device::ptx {
+
+FG_DEVICE uint32_t smem_addr(const void* ptr) { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); }
+
+FG_DEVICE void mbarrier_init(uint64_t* bar, uint32_t arrive_count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count) : "memory");
+}
+
+/// Makes barrier initialisation visible to the async proxy and to the other CTAs of the cluster.
+FG_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+/// Orders this thread's generic-proxy shared-memory accesses before later async-proxy (TMA, wgmma) accesses.
+FG_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+FG_DEVICE void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+FG_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+/// Arrives on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster.
+FG_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(cta_rank)
+      : "memory");
+}
+
+/// One try of waiting for the phase with parity `phase` to complete; true once it has.
+FG_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t phase) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(phase)
+      : "memory");
+  return done != 0;
+}
+
+FG_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t phase) {
+  while (!mbarrier_try_wait_parity(bar, phase)) {
+  }
+}
+
+}  // namespace finegemm::device::ptx

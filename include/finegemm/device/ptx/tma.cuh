@@ -1,0 +1,57 @@
+// Bulk tensor copies (TMA) between global and shared memory (PTX ISA 9.7.9.25). One function = one instruction.
+#pragma once
+
+#include "finegemm/device/common/types.cuh"
+#include "finegemm/device/ptx/mbarrier.cuh"
+
+namespace finegemm::device::ptx {
+
+FG_DEVICE void tma_prefetch_descriptor(const TmaDescriptor* desc) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
+}
+
+/// 2D tile load into this CTA's shared memory, completing `bytes` on `bar`.
+FG_DEVICE void tma_load_2d(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+/// 2D tile load multicast to the same shared-memory offset of every CTA in `cta_mask`, each completing on its own
+/// barrier at the offset of `bar`.
+FG_DEVICE void tma_load_2d_multicast(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1,
+                                     uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+/// 2D tile store from shared memory, tracked by the bulk async-group of this thread.
+FG_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* smem_src, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "r"(smem_addr(smem_src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+FG_DEVICE void tma_store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+/// Waits until at most kPending bulk groups are still reading their shared-memory source.
+template <int kPending>
+FG_DEVICE void tma_store_wait_read() {
+  static_assert(kPending >= 0 && kPending < 8, "bulk group count is an immediate 0..7");
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+
+/// Waits until at most kPending bulk groups are incomplete (their writes visible).
+template <int kPending>
+FG_DEVICE void tma_store_wait() {
+  static_assert(kPending >= 0 && kPending < 8, "bulk group count is an immediate 0..7");
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+}  // namespace finegemm::device::ptx

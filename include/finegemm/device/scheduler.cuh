@@ -1,0 +1,149 @@
+// The block scheduler shared by every GEMM kind: maps the tiles of a persistent CTA to (group, m-block, n-block).
+//
+// A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
+// Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
+// shares a few rows of A and a band of B in L2. With a 2-CTA cluster the two CTAs get consecutive tiles that share the
+// multicast operand: adjacent n-blocks of one m-block (multicast on A) or adjacent m-blocks of one n-block (on B).
+#pragma once
+
+#include "finegemm/device/common/types.cuh"
+
+namespace finegemm::device {
+
+/// One output tile, as the kernel needs it.
+struct Tile {
+  int32_t group = 0;
+  int32_t m_block = 0;
+  int32_t n_block = 0;
+  int32_t row_base = 0;      ///< row of the tile's first row in the 2D views of A and D
+  int32_t row_limit = 0;     ///< rows of the tile that may be written (< BLOCK_M only for grouped edge tiles)
+  bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
+};
+
+template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, int kClusterSize, bool kMulticastOnA,
+          int kRasterBand = 16>
+struct TileScheduler {
+  static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
+  static_assert(kRasterBand % 2 == 0, "an even band keeps multicast pairs inside one band");
+  static constexpr bool kPairsAlongM = kClusterSize == 2 && !kMulticastOnA;
+
+  // Problem
+  int32_t num_rows;                ///< M (normal), M_sum (contiguous), M_max (masked)
+  int32_t num_groups;
+  const int32_t* grouped_layout;   ///< m_indices (contiguous), masked_m (masked), unused (normal)
+  // This CTA
+  int32_t first_tile;
+  int32_t tile_stride;
+  // Progress
+  int32_t next_tile;
+  int32_t group = 0;               ///< masked: group of the tiles being walked
+  int32_t tiles_before_group = 0;  ///< masked: tiles of the groups before `group`
+  int32_t group_rows = 0;          ///< masked: valid rows of `group`
+  uint32_t error_bits = 0;         ///< kError* bits met while walking (bad m_indices / masked_m)
+
+  FG_HOST_DEVICE TileScheduler(int32_t num_rows_, int32_t num_groups_, const int32_t* grouped_layout_,
+                               int32_t block_idx, int32_t num_blocks)
+      : num_rows(num_rows_),
+        num_groups(num_groups_),
+        grouped_layout(grouped_layout_),
+        first_tile(block_idx),
+        tile_stride(num_blocks),
+        next_tile(block_idx) {
+    if constexpr (kKind == GemmKind::kGroupedMasked) group_rows = masked_rows(0);
+  }
+
+  /// Valid rows of masked group g (clamped to M_max).
+  FG_HOST_DEVICE int32_t masked_rows(int32_t g) {
+    if (g >= num_groups) return 0;
+    int32_t rows = load_layout(g);
+    if (rows > num_rows) {
+      error_bits |= kErrorMaskedMTooLarge;
+      rows = num_rows;
+    }
+    return rows < 0 ? 0 : rows;
+  }
+
+  FG_HOST_DEVICE int32_t load_layout(int32_t i) const {
+#if defined(__CUDA_ARCH__)
+    int32_t v;
+    asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(grouped_layout + i) : "memory");
+    return v;
+#else
+    return grouped_layout[i];
+#endif
+  }
+
+  /// (m-block, n-block) of linear tile `t` among `num_m_blocks` x kNumNBlocks tiles.
+  static FG_HOST_DEVICE void rasterize(int32_t t, int32_t num_m_blocks, int32_t& m_block, int32_t& n_block) {
+    const int32_t tiles_per_band = num_m_blocks * kRasterBand;
+    const int32_t band = t / tiles_per_band;
+    const int32_t first_n = band * kRasterBand;
+    const int32_t band_width = min_of(kRasterBand, kNumNBlocks - first_n);
+    const int32_t in_band = t - band * tiles_per_band;
+    if constexpr (kPairsAlongM) {
+      // Consecutive tiles: m-blocks 2p and 2p+1 of one n-block (requires an even number of m-blocks).
+      const int32_t pair = in_band / (2 * band_width);
+      const int32_t rest = in_band - pair * 2 * band_width;
+      m_block = pair * 2 + rest % 2;
+      n_block = first_n + rest / 2;
+    } else {
+      m_block = in_band / band_width;
+      n_block = first_n + in_band % band_width;
+    }
+  }
+
+  /// Advances to this CTA's next tile; false when there is none left.
+  FG_HOST_DEVICE bool next(Tile& tile) {
+    if constexpr (kKind == GemmKind::kGroupedMasked) {
+      return next_masked(tile);
+    } else {
+      const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
+      const int32_t num_tiles = num_m_blocks * kNumNBlocks;
+      while (next_tile < num_tiles) {
+        const int32_t t = next_tile;
+        next_tile += tile_stride;
+        rasterize(t, num_m_blocks, tile.m_block, tile.n_block);
+        tile.row_base = tile.m_block * BLOCK_M;
+        tile.row_limit = BLOCK_M;
+        tile.group = 0;
+        tile.check_rows = false;
+        if constexpr (kKind == GemmKind::kGroupedContiguous) {
+          const int32_t expert = load_layout(tile.row_base);
+          if (expert < 0 || expert >= num_groups) {
+            if (expert < -1 || expert >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
+            continue;  // padding block: nothing to load or write
+          }
+          const int32_t last_row = min_of(tile.row_base + BLOCK_M, num_rows) - 1;
+          tile.group = expert;
+          tile.check_rows = load_layout(last_row) != expert;
+        }
+        return true;
+      }
+      return false;
+    }
+  }
+
+  FG_HOST_DEVICE bool next_masked(Tile& tile) {
+    const int32_t t = next_tile;
+    // Walk forward to the group holding tile t (tiles of a CTA only move forward).
+    while (group < num_groups) {
+      const int32_t num_m_blocks = ceil_div(group_rows, BLOCK_M);
+      const int32_t group_tiles = num_m_blocks * kNumNBlocks;
+      if (t < tiles_before_group + group_tiles) {
+        next_tile += tile_stride;
+        rasterize(t - tiles_before_group, num_m_blocks, tile.m_block, tile.n_block);
+        tile.group = group;
+        tile.row_base = group * num_rows + tile.m_block * BLOCK_M;
+        tile.row_limit = min_of(BLOCK_M, group_rows - tile.m_block * BLOCK_M);
+        tile.check_rows = false;
+        return true;
+      }
+      tiles_before_group += group_tiles;
+      ++group;
+      group_rows = masked_rows(group);
+    }
+    return false;
+  }
+};
+
+}  // namespace finegemm::device

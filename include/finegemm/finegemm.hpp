@@ -1,0 +1,171 @@
+// finegemm: FP8 GEMMs with fine-grained scaling for NVIDIA Hopper (sm_90a), compiled at run time.
+//
+// This is the only header users include. It has no CUDA, PyTorch or Python dependency: device pointers and
+// streams are passed as plain values (`Stream` is the same type as `cudaStream_t` and `CUstream`).
+//
+// Conventions shared by every GEMM below
+//  - Row-major tensors described by `TensorView` (device pointer, dtype, shape, strides in elements).
+//  - FP8 is e4m3 (OCP E4M3FN). Scales are fp32 dequantization factors: real = fp8 * scale.
+//  - K is blocked by 128 (`KB = ceil(K/128)`), N by 128 for the weight scales (`NB = ceil(N/128)`).
+//  - Activation scales SA (one per row per 128-wide K block) come in either of two layouts, detected from strides:
+//      * MN-major, TMA-aligned (free): shape [M, KB], strides {1, M_pad} with M_pad = get_tma_aligned_size(M, 4),
+//        i.e. element (m, kb) at kb * M_pad + m. This is what cuBLASLt and DeepGEMM take.
+//      * K-major (also supported, no extra kernel): shape [M, KB], strides {KB, 1}, as a per-token quantizer writes it.
+//        The kernel gathers these scales with ordinary loads instead of TMA, which costs a little bandwidth.
+//  - Weight scales SB: [NB, KB] row-major (as stored in checkpoints), [G, NB, KB] for grouped GEMMs.
+//  - Output D: bf16 row-major with 16-byte aligned rows (N % 8 == 0).
+//  - Alignment: every base pointer 16-byte aligned; K % 16 == 0 (16-byte TMA row stride of A and B); N % 8 == 0.
+//    Any M >= 1 is valid; M == 0 is a no-op.
+//  - Every call is asynchronous on `stream`, does not synchronize, allocates no device memory once warm, and is legal
+//    inside CUDA-graph capture once its kernel is compiled (the first call of a new shape compiles it: warm up first).
+//  - Errors are thrown as `finegemm::Error` before anything is enqueued; no output is touched on error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct CUstream_st;
+
+namespace finegemm {
+
+/// A CUDA stream handle; identical to `cudaStream_t` and `CUstream`. nullptr is the legacy default stream.
+using Stream = CUstream_st*;
+
+/// Element types of tensors passed to finegemm.
+enum class DType : int { kFloat8E4M3 = 0, kBFloat16 = 1, kFloat32 = 2, kInt32 = 3 };
+
+/// Size of one element of `dtype`, in bytes.
+int dtype_size(DType dtype);
+/// Human-readable name of `dtype` ("float8_e4m3fn", "bfloat16", "float32", "int32").
+const char* dtype_name(DType dtype);
+
+/// A non-owning view of a device tensor. Strides are in elements; rank is 1..3.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int rank = 0;
+  int64_t shape[3] = {0, 0, 0};
+  int64_t strides[3] = {0, 0, 0};
+
+  /// A contiguous row-major view of `shape`.
+  static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape);
+  /// A view with explicit strides (in elements).
+  static TensorView strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                            std::initializer_list<int64_t> strides);
+  int64_t numel() const;
+  std::string describe() const;  ///< e.g. "float32[64, 56] strides {1, 64}"
+};
+
+/// The one exception type of finegemm. `what()` reads "finegemm: <where>: <message>".
+class Error : public std::runtime_error {
+ public:
+  enum class Kind { kInvalidArgument, kUnsupported, kTypeMismatch, kCuda, kCompile, kInternal };
+  Error(Kind kind, std::string where, std::string message);
+  Kind kind() const { return kind_; }
+  const std::string& where() const { return where_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Kind kind_;
+  std::string where_;
+  std::string message_;
+};
+
+// ----------------------------------------------------------------------------------------------
+// GEMMs
+// ----------------------------------------------------------------------------------------------
+
+/// D[M,N] (bf16) = A[M,K] (fp8, scales SA 1x128) x B[N,K]^T (fp8, scales SB 128x128).
+/// `a`: fp8 [M, K] row-major. `sa`: fp32 [M, KB] in either layout above. `b`: fp8 [N, K] row-major.
+/// `sb`: fp32 [NB, KB] row-major. `d`: bf16 [M, N] row-major (row stride may exceed N, multiple of 8).
+void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                          const TensorView& d, Stream stream = nullptr);
+
+/// MoE grouped GEMM, contiguous layout. `a`: fp8 [M_sum, K], each expert's rows starting at a multiple of
+/// get_m_alignment_for_contiguous_layout(). `sa`: [M_sum, KB]. `b`: fp8 [G, N, K]. `sb`: [G, NB, KB].
+/// `d`: bf16 [M_sum, N]. `m_indices`: int32 [M_sum] on the device, the expert of each row, -1 for padding rows.
+/// Padding rows of `d` are left untouched. Rows with an expert id outside [-1, G) are treated as padding (skipped,
+/// never read or written out of bounds) and raise the device error flag (see device_error_flags()).
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                               const TensorView& sb, const TensorView& d,
+                                               const TensorView& m_indices, Stream stream = nullptr);
+
+/// MoE grouped GEMM, masked layout (decoding under CUDA graphs). `a`: fp8 [G, M_max, K]. `sa`: [G, M_max, KB]
+/// (MN-major per group: strides {KB*M_pad, 1, M_pad}; or K-major). `b`: [G, N, K]. `sb`: [G, NB, KB].
+/// `d`: bf16 [G, M_max, N]. `masked_m`: int32 [G] on the device; only rows < masked_m[g] of group g are computed,
+/// the rest of `d` is left untouched. Values above M_max are clamped to M_max and raise the device error flag.
+/// `expected_m` (> 0) is a host-side hint of the typical masked_m, used only to choose the kernel configuration.
+void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                           const TensorView& sb, const TensorView& d, const TensorView& masked_m,
+                                           int expected_m, Stream stream = nullptr);
+
+/// Bits set by kernels when they met device-side data they could not use (reset with reset_device_error_flags).
+enum DeviceErrorFlag : uint32_t {
+  kDeviceErrorNone = 0,
+  kDeviceErrorExpertIdOutOfRange = 1u << 0,  ///< m_indices held a value >= G or < -1: those rows were skipped.
+  kDeviceErrorMaskedMTooLarge = 1u << 1,     ///< masked_m[g] > M_max: clamped to M_max.
+};
+/// Reads the device error flags of the current device (synchronizes the current context).
+uint32_t device_error_flags();
+void reset_device_error_flags();
+
+// ----------------------------------------------------------------------------------------------
+// Queries
+// ----------------------------------------------------------------------------------------------
+
+/// Row alignment of each expert's segment in the contiguous layout (128).
+int get_m_alignment_for_contiguous_layout();
+/// `x` rounded up so that x * element_size is a multiple of 16 bytes (TMA stride rule).
+int64_t get_tma_aligned_size(int64_t x, int element_size);
+/// Number of SMs the kernels use on the current device (FINEGEMM_NUM_SMS or set_num_sms overrides).
+int get_num_sms();
+/// Limit the kernels to `num_sms` SMs (1..device SMs); 0 restores the default.
+void set_num_sms(int num_sms);
+
+/// Kinds of GEMM finegemm implements.
+enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2 };
+
+/// A GEMM problem as the heuristic sees it.
+struct Problem {
+  GemmKind kind = GemmKind::kNormal;
+  int64_t m = 0;           ///< rows (normal), M_sum (contiguous), expected_m per group (masked)
+  int64_t n = 0;
+  int64_t k = 0;
+  int num_groups = 1;
+  int64_t m_max = 0;       ///< masked only: M_max
+  bool sa_k_major = false; ///< SA given K-major ([M, KB] row-major)
+};
+
+/// Answers "would this call be accepted?" without throwing. On false, `reason` (if given) says what to change.
+bool is_supported(const Problem& problem, std::string* reason = nullptr);
+
+/// The kernel configuration chosen for a problem (printable; also printed when FINEGEMM_PRINT_CONFIGS=1).
+std::string describe_config(const Problem& problem, int num_sms = 0);
+
+// ----------------------------------------------------------------------------------------------
+// Ahead-of-time compilation and the JIT cache
+// ----------------------------------------------------------------------------------------------
+
+/// Compiles (or finds in the cache) the kernel the heuristic picks for `problem` on a GPU of `num_sms` SMs, without
+/// needing a GPU. Returns true when it had to compile. Thread-safe; used by `finegemm warmup`.
+bool precompile(const Problem& problem, int num_sms);
+
+/// Statistics of the JIT in this process.
+struct JitStats {
+  uint64_t compiles = 0;         ///< kernels compiled by this process
+  uint64_t disk_hits = 0;        ///< kernels loaded from the disk cache
+  uint64_t memory_hits = 0;      ///< lookups served by the in-memory map
+  double compile_seconds = 0.0;  ///< total wall time spent compiling
+};
+JitStats jit_stats();
+
+/// The cache directory in use ("" when the disk cache is disabled because it is not writable).
+std::string cache_dir();
+
+/// Library version, e.g. "0.1.0".
+const char* version();
+
+}  // namespace finegemm

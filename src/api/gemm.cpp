@@ -1,0 +1,294 @@
+// Entry points of the GEMMs: validate, pick a config, build TMA descriptors, launch. A warm call is a lookup in the
+// plan cache (keyed by shapes, strides, pointers and device) followed by one cuLaunchKernelEx.
+#include <cuda.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "api/validate.hpp"
+#include "common/error.hpp"
+#include "finegemm/device/common/gemm_args.cuh"
+#include "finegemm/device/common/gemm_layout.cuh"
+#include "finegemm/finegemm.hpp"
+#include "heuristics/heuristics.hpp"
+#include "jit/driver.hpp"
+#include "jit/runtime.hpp"
+
+namespace finegemm {
+namespace {
+
+using heuristics::KernelConfig;
+using jit::check_cu;
+using jit::driver;
+using jit::Runtime;
+
+constexpr const char* kGemmHeader = "finegemm/device/kernels/sm90_fp8_gemm.cuh";
+constexpr const char* kGemmParameters = "(const __grid_constant__ finegemm::device::GemmArgs)";
+
+jit::KernelSpec gemm_spec(const KernelConfig& config) {
+  jit::KernelSpec spec;
+  spec.header = kGemmHeader;
+  spec.function = config.kernel_function();
+  spec.parameters = kGemmParameters;
+  spec.sass_pass = true;  // applied when the runtime enables the pass (default: see docs/sass-pass.md)
+  return spec;
+}
+
+/// Everything a launch depends on, as a flat key.
+struct PlanKey {
+  std::array<uint64_t, 20> words{};
+  bool operator==(const PlanKey& o) const { return words == o.words; }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (uint64_t w : k.words) {
+      h ^= w + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+      h *= 0xFF51AFD7ED558CCDull;
+    }
+    return size_t(h ^ (h >> 33));
+  }
+};
+
+PlanKey make_key(const GemmCall& c, int device, int num_sms) {
+  PlanKey k;
+  auto p = [](const void* ptr) { return uint64_t(reinterpret_cast<uintptr_t>(ptr)); };
+  k.words = {uint64_t(c.kind), uint64_t(c.rows), uint64_t(c.n), uint64_t(c.k), uint64_t(c.num_groups),
+             uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
+             p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
+             uint64_t(c.a_rows), uint64_t(Runtime::instance().sass_pass_enabled())};
+  return k;
+}
+
+struct LaunchPlan {
+  CUfunction function = nullptr;
+  device::GemmArgs args{};
+  KernelConfig config;
+};
+
+void encode_2d(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner, uint64_t outer,
+               uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle,
+               const char* what) {
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {row_stride_bytes};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t element_strides[2] = {1, 1};
+  check_cu(driver().cuTensorMapEncodeTiled(map, dtype, 2, const_cast<void*>(base), dims, strides, box,
+                                           element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           what);
+}
+
+CUtensorMapSwizzle swizzle_for_bytes(uint32_t bytes) {
+  switch (bytes) {
+    case 128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    case 64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    default: return CU_TENSOR_MAP_SWIZZLE_NONE;
+  }
+}
+
+Problem problem_of(const GemmCall& c) {
+  Problem p;
+  p.kind = c.kind;
+  p.m = c.kind == GemmKind::kGroupedMasked ? std::min<int64_t>(c.expected_m, c.rows) : c.rows;
+  p.n = c.n;
+  p.k = c.k;
+  p.num_groups = c.num_groups;
+  p.m_max = c.kind == GemmKind::kGroupedMasked ? c.rows : 0;
+  p.sa_k_major = c.sa_k_major;
+  return p;
+}
+
+std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sms) {
+  Runtime& rt = Runtime::instance();
+  auto plan = std::make_unique<LaunchPlan>();
+  plan->config = heuristics::select_config(problem_of(c), num_sms);
+  const KernelConfig& cfg = plan->config;
+  if (rt.options().print_configs)
+    std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
+                 c.kind == GemmKind::kNormal ? "gemm" : (c.kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked"),
+                 static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
+                 cfg.describe().c_str());
+  auto binary = rt.binary(gemm_spec(cfg));
+  plan->function = rt.function(*binary);
+
+  device::GemmArgs& args = plan->args;
+  const uint32_t a_split = (cfg.cluster_size == 2 && cfg.multicast_on_a) ? 2 : 1;
+  const uint32_t b_split = (cfg.cluster_size == 2 && !cfg.multicast_on_a) ? 2 : 1;
+  const int64_t kb = (c.k + 127) / 128;
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
+            uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, uint32_t(cfg.block_m) / a_split,
+            CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A)");
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, uint64_t(c.k),
+            uint64_t(c.n * c.num_groups), uint64_t(c.k), device::kBlockK, uint32_t(cfg.block_n) / b_split,
+            CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(B)");
+  if (!c.sa_k_major) {
+    // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
+    const uint64_t sa_rows_per_group = uint64_t(c.kind == GemmKind::kGroupedMasked ? c.rows : c.a_rows);
+    const uint64_t sa_outer = uint64_t(kb) * uint64_t(c.kind == GemmKind::kGroupedMasked ? c.num_groups : 1);
+    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, sa_rows_per_group,
+              sa_outer, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m) / a_split, 1, CU_TENSOR_MAP_SWIZZLE_NONE,
+              "cuTensorMapEncodeTiled(SA)");
+  }
+  const uint32_t swizzle_bytes = device::epilogue_swizzle_bytes(uint32_t(cfg.block_n));
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.n),
+            uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, swizzle_bytes / 2, device::kWarpgroupRows,
+            swizzle_for_bytes(swizzle_bytes), "cuTensorMapEncodeTiled(D)");
+  args.sb = static_cast<const float*>(c.sb);
+  args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
+  args.d = static_cast<uint16_t*>(c.d);
+  args.grouped_layout = static_cast<const int32_t*>(c.layout);
+  args.error_flags = reinterpret_cast<uint32_t*>(rt.error_flags(device));
+  args.ld_sa = c.ld_sa;
+  args.ld_d = c.ld_d;
+  args.num_rows = int32_t(c.rows);
+  args.num_a_rows = int32_t(c.a_rows);
+  args.num_groups = c.num_groups;
+  return plan;
+}
+
+void launch(const LaunchPlan& plan, Stream stream) {
+  const KernelConfig& cfg = plan.config;
+  CUlaunchConfig config{};
+  config.gridDimX = uint32_t(cfg.grid);
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = uint32_t(cfg.num_threads);
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = uint32_t(cfg.smem_bytes);
+  config.hStream = reinterpret_cast<CUstream>(stream);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = uint32_t(cfg.cluster_size);
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
+  check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
+}
+
+class PlanCache {
+ public:
+  const LaunchPlan& get(const GemmCall& call) {
+    Runtime& rt = Runtime::instance();
+    const int device = rt.current_device();
+    const int num_sms = rt.num_sms(device);
+    const PlanKey key = make_key(call, device, num_sms);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+    }
+    // First call with these pointers and shapes: check where the pointers live, then build.
+    check_device_arch(device);
+    check_device_pointers(call, device);
+    std::unique_ptr<LaunchPlan> plan = build_plan(call, device, num_sms);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, inserted] = plans_.emplace(key, std::move(plan));
+    return *it->second;
+  }
+
+ private:
+  static void check_device_arch(int device) {
+    const jit::DeviceInfo& info = Runtime::instance().device_info(device);
+    check(info.major == 9 && info.minor == 0, Error::Kind::kUnsupported, "device",
+          "finegemm's kernels need a Hopper GPU (compute capability 9.0: H100, H800, H200, H20); device ", device,
+          " (", info.name, ") is ", info.major, ".", info.minor);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<PlanKey, std::unique_ptr<LaunchPlan>, PlanKeyHash> plans_;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache cache;
+  return cache;
+}
+
+void run(const GemmCall& call, Stream stream) {
+  if (call.rows == 0 || call.num_groups == 0) return;  // nothing to compute
+  launch(plan_cache().get(call), stream);
+}
+
+}  // namespace
+
+void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                          const TensorView& d, Stream stream) {
+  run(validate_normal(a, sa, b, sb, d), stream);
+}
+
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                               const TensorView& sb, const TensorView& d,
+                                               const TensorView& m_indices, Stream stream) {
+  run(validate_contiguous(a, sa, b, sb, d, m_indices), stream);
+}
+
+void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                           const TensorView& sb, const TensorView& d, const TensorView& masked_m,
+                                           int expected_m, Stream stream) {
+  run(validate_masked(a, sa, b, sb, d, masked_m, expected_m), stream);
+}
+
+uint32_t device_error_flags() {
+  Runtime& rt = Runtime::instance();
+  const int device = rt.current_device();
+  const jit::DriverApi& cu = driver();
+  check_cu(cu.cuCtxSynchronize(), "cuCtxSynchronize");
+  uint32_t flags = 0;
+  check_cu(cu.cuMemcpyDtoH(&flags, rt.error_flags(device), sizeof(flags)), "cuMemcpyDtoH(error flags)");
+  return flags;
+}
+
+void reset_device_error_flags() {
+  Runtime& rt = Runtime::instance();
+  const int device = rt.current_device();
+  check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  check_cu(driver().cuMemsetD32(rt.error_flags(device), 0, 1), "cuMemsetD32(error flags)");
+}
+
+int get_num_sms() {
+  Runtime& rt = Runtime::instance();
+  return rt.num_sms(rt.current_device());
+}
+
+void set_num_sms(int num_sms) {
+  check_arg(num_sms >= 0, "set_num_sms", "num_sms must be >= 0 (0 restores all SMs), got ", num_sms);
+  Runtime::instance().set_num_sms(num_sms);
+}
+
+bool is_supported(const Problem& problem, std::string* reason) {
+  try {
+    check_problem(problem);
+    heuristics::select_config(problem, 132);
+    return true;
+  } catch (const Error& e) {
+    if (reason != nullptr) *reason = e.message();
+    return false;
+  }
+}
+
+std::string describe_config(const Problem& problem, int num_sms) {
+  check_problem(problem);
+  if (num_sms <= 0) num_sms = jit::driver_available() ? get_num_sms() : 132;
+  return heuristics::select_config(problem, num_sms).describe();
+}
+
+bool precompile(const Problem& problem, int num_sms) {
+  check_problem(problem);
+  check_arg(num_sms > 0, "precompile", "num_sms must be > 0, got ", num_sms);
+  const KernelConfig config = heuristics::select_config(problem, num_sms);
+  return Runtime::instance().binary(gemm_spec(config))->compiled;
+}
+
+JitStats jit_stats() { return Runtime::instance().stats(); }
+
+std::string cache_dir() { return Runtime::instance().cache_dir(); }
+
+}  // namespace finegemm

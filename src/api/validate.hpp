@@ -1,0 +1,41 @@
+// Host-side validation of GEMM arguments: every rule a user can break gets a message that says what to change.
+#pragma once
+
+#include "finegemm/finegemm.hpp"
+
+namespace finegemm {
+
+/// A validated call, normalised to the 2D views the kernel uses.
+struct GemmCall {
+  GemmKind kind = GemmKind::kNormal;
+  int64_t rows = 0;     ///< M (normal), M_sum (contiguous), M_max (masked)
+  int64_t a_rows = 0;   ///< rows of the 2D views of A and D: M, M_sum, G * M_max
+  int64_t n = 0, k = 0;
+  int num_groups = 1;
+  int64_t expected_m = 0;
+  bool sa_k_major = false;
+  int64_t lda = 0;      ///< bytes between rows of A
+  int64_t ld_sa = 0;    ///< K-major: elements between rows; MN-major: elements between K blocks (M_pad)
+  int64_t ld_d = 0;     ///< elements between rows of D
+  const void* a = nullptr;
+  const void* sa = nullptr;
+  const void* b = nullptr;
+  const void* sb = nullptr;
+  void* d = nullptr;
+  const void* layout = nullptr;  ///< m_indices or masked_m
+};
+
+GemmCall validate_normal(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                         const TensorView& d);
+GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                             const TensorView& d, const TensorView& m_indices);
+GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                         const TensorView& d, const TensorView& masked_m, int expected_m);
+
+/// Shape rules shared with is_supported(): N % 8, K % 16, positive sizes, group counts.
+void check_problem(const Problem& problem);
+
+/// Every pointer of the call is device memory of `device` (throws naming the tensor otherwise).
+void check_device_pointers(const GemmCall& call, int device);
+
+}  // namespace finegemm

@@ -1,0 +1,154 @@
+#include "heuristics/heuristics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <tuple>
+
+#include "common/error.hpp"
+#include "finegemm/device/common/gemm_layout.cuh"
+
+namespace finegemm::heuristics {
+namespace {
+
+constexpr int kMaxStages = 32;
+constexpr int kMinStages = 3;
+constexpr int kMulticastMinRows = 512;
+constexpr int kBlockNStep = 16;
+
+/// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers.
+int max_block_n(int block_m) { return block_m == 64 ? 176 : 160; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Rows per group the tiles are counted over.
+int64_t rows_for_tiles(const Problem& p) { return p.m; }
+
+void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
+  const int64_t m_blocks = ceil_div(rows_for_tiles(p), c.block_m);
+  const int64_t n_blocks = ceil_div(p.n, c.block_n);
+  const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
+  c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
+  c.num_waves = ceil_div(c.num_tiles, c.grid);
+  const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k);
+  double tile_l2_bytes = double(c.block_m + c.block_n) * double(p.k);
+  if (c.cluster_size == 2) tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
+  const double tile_s = std::max(tile_flops / hw.sm_fp8_flops_per_s, tile_l2_bytes / hw.sm_l2_bytes_per_s);
+  const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
+  const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
+                            2.0 * double(rows_for_tiles(p) * groups) * double(p.n);
+  c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s);
+}
+
+}  // namespace
+
+std::string KernelConfig::describe() const {
+  std::ostringstream os;
+  os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
+  if (cluster_size > 1) os << (multicast_on_a ? "(A)" : "(B)");
+  os << " sa=" << (sa_k_major ? "k-major" : "mn-major") << " grid=" << grid << " smem=" << smem_bytes
+     << " tiles=" << num_tiles << " waves=" << num_waves;
+  return os.str();
+}
+
+std::string KernelConfig::kernel_function() const {
+  std::ostringstream os;
+  os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
+     << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
+     << (sa_k_major ? "true" : "false") << ">";
+  return os.str();
+}
+
+std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const HardwareModel& hw) {
+  std::vector<Candidate> out;
+  const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
+  for (int block_m : {64, 128}) {
+    for (int block_n = kBlockNStep; block_n <= 256; block_n += kBlockNStep) {
+      for (int cluster : {1, 2}) {
+        for (bool on_a : {true, false}) {
+          if (cluster == 1 && !on_a) continue;  // one unclustered variant
+          Candidate cand;
+          KernelConfig& c = cand.config;
+          c.kind = p.kind;
+          c.n = p.n;
+          c.k = p.k;
+          c.block_m = block_m;
+          c.block_n = block_n;
+          c.cluster_size = cluster;
+          c.multicast_on_a = on_a;
+          c.sa_k_major = p.sa_k_major;
+          c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
+          c.grid = std::max(1, num_sms - (cluster == 2 ? num_sms % 2 : 0));
+          const int64_t m_blocks = ceil_div(rows, block_m);
+          const int64_t n_blocks = ceil_div(p.n, block_n);
+          // Filters, each with its reason.
+          if (block_n > max_block_n(block_m)) {
+            cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
+          } else if (block_n > ((p.n + kBlockNStep - 1) / kBlockNStep) * kBlockNStep) {
+            cand.rejected = "BLOCK_N wider than N rounded up to 16 only adds idle columns";
+          } else if (block_m == 128 && rows <= 64) {
+            cand.rejected = "M fits one 64-row warpgroup";
+          } else if (cluster == 2 && num_sms < 2) {
+            cand.rejected = "a cluster of 2 needs 2 SMs";
+          } else if (cluster == 2 && rows * (p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1) < kMulticastMinRows) {
+            cand.rejected = "multicast pays only with many rows (>= 512)";
+          } else if (cluster == 2 && on_a && n_blocks % 2 != 0) {
+            cand.rejected = "multicast on A pairs adjacent n-blocks: needs an even number of n-blocks";
+          } else if (cluster == 2 && !on_a && p.kind != GemmKind::kNormal) {
+            cand.rejected = "multicast on B pairs m-blocks, which may belong to different experts";
+          } else if (cluster == 2 && !on_a && m_blocks % 2 != 0) {
+            cand.rejected = "multicast on B pairs adjacent m-blocks: needs an even number of m-blocks";
+          }
+          if (cand.rejected.empty()) {
+            int stages = kMaxStages;
+            while (stages >= kMinStages &&
+                   int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
+                                                      uint32_t(p.k))) > hw.smem_per_block)
+              --stages;
+            const int64_t k_blocks = ceil_div(p.k, 128);
+            // More stages than K blocks of two tiles buy nothing.
+            stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks)));
+            if (stages < kMinStages) {
+              cand.rejected = "fewer than 3 pipeline stages fit in shared memory";
+            } else {
+              c.num_stages = stages;
+              c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
+                                                                uint32_t(p.k)));
+              score(c, p, hw);
+            }
+          }
+          out.push_back(std::move(cand));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& hw) {
+  const std::vector<Candidate> candidates = enumerate_candidates(p, num_sms, hw);
+  const KernelConfig* best = nullptr;
+  for (const auto& cand : candidates) {
+    if (!cand.rejected.empty()) continue;
+    const KernelConfig& c = cand.config;
+    if (best == nullptr) {
+      best = &c;
+      continue;
+    }
+    // Lower modeled time (1% tolerance), then fewer waves, then larger BLOCK_M, then multicast, then smaller BLOCK_N.
+    const double tolerance = 0.01 * best->estimated_us;
+    if (c.estimated_us < best->estimated_us - tolerance) {
+      best = &c;
+    } else if (std::abs(c.estimated_us - best->estimated_us) <= tolerance) {
+      const auto rank = [](const KernelConfig& x) {
+        return std::make_tuple(-x.num_waves, x.block_m, x.cluster_size, x.multicast_on_a ? 1 : 0, -x.block_n);
+      };
+      if (rank(c) > rank(*best)) best = &c;
+    }
+  }
+  check(best != nullptr, Error::Kind::kUnsupported, "heuristics", "no kernel configuration fits M=", p.m, " N=", p.n,
+        " K=", p.k);
+  return *best;
+}
+
+}  // namespace finegemm::heuristics

@@ -1,0 +1,50 @@
+// Problem -> kernel configuration: enumerate candidates, filter (each filter says why), score with a time model.
+// Deterministic: no run-time tuning.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "finegemm/finegemm.hpp"
+
+namespace finegemm::heuristics {
+
+/// Hardware numbers of an H100 SXM used by the model (the heuristic never measures at run time).
+struct HardwareModel {
+  int smem_per_block = 232448;          ///< bytes of dynamic shared memory a block may opt into
+  double dram_bytes_per_s = 3.0e12;     ///< measured device copy bandwidth
+  double sm_fp8_flops_per_s = 1979e12 / 132;  ///< dense FP8 peak per SM
+  double sm_l2_bytes_per_s = 150e9;     ///< L2 -> SM fill rate per SM
+};
+
+struct KernelConfig {
+  GemmKind kind = GemmKind::kNormal;
+  int64_t n = 0, k = 0;
+  int block_m = 0, block_n = 0, num_stages = 0;
+  int cluster_size = 1;
+  bool multicast_on_a = true;  ///< which operand the 2-CTA cluster shares (meaningful when cluster_size == 2)
+  bool sa_k_major = false;
+  int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
+  int num_threads = 0;
+  int smem_bytes = 0;
+  // Model outputs
+  int64_t num_tiles = 0;
+  int64_t num_waves = 0;
+  double estimated_us = 0.0;
+
+  std::string describe() const;         ///< one line, e.g. "BM=128 BN=112 stages=5 cluster=2(A) grid=132 smem=..."
+  std::string kernel_function() const;  ///< the template instantiation to compile
+};
+
+struct Candidate {
+  KernelConfig config;
+  std::string rejected;  ///< empty when kept; otherwise the filter's reason
+};
+
+/// Every candidate for `problem` with the filter verdicts (for tests and `FINEGEMM_PRINT_CONFIGS`).
+std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const HardwareModel& hw = {});
+
+/// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
+KernelConfig select_config(const Problem& problem, int num_sms, const HardwareModel& hw = {});
+
+}  // namespace finegemm::heuristics

@@ -1,0 +1,110 @@
+// The JIT runtime: options, compiler, disk cache, in-memory kernel map, loaded modules and per-device state.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "finegemm/finegemm.hpp"
+#include "jit/compiler.hpp"
+#include "jit/disk_cache.hpp"
+
+namespace finegemm::jit {
+
+/// Knobs, read once from the environment.
+struct Options {
+  std::string cache_dir;        ///< FINEGEMM_CACHE_DIR, default ~/.cache/finegemm ("" disables the disk cache)
+  std::string compiler = "nvrtc";  ///< FINEGEMM_JIT_COMPILER: nvrtc | nvcc
+  bool debug = false;           ///< FINEGEMM_JIT_DEBUG: line info, compile logs and timings on stderr
+  bool print_configs = false;   ///< FINEGEMM_PRINT_CONFIGS: print each new kernel configuration
+  std::string dump_dir;         ///< FINEGEMM_DUMP_SASS: directory receiving each compiled source and cubin
+  bool disable_sass_pass = false;  ///< FINEGEMM_DISABLE_SASS_PASS
+  int num_sms = 0;              ///< FINEGEMM_NUM_SMS (0: all)
+
+  static Options from_environment();
+  std::string describe() const;
+};
+
+/// A kernel to compile: one header and one explicit instantiation.
+struct KernelSpec {
+  std::string header;         ///< e.g. "finegemm/device/kernels/sm90_fp8_gemm.cuh"
+  std::string function;       ///< e.g. "finegemm::device::sm90_fp8_gemm_kernel<0, 7168, ...>"
+  std::string parameters;     ///< e.g. "(const __grid_constant__ finegemm::device::GemmArgs)"
+  bool sass_pass = false;     ///< whether the FFMA interleave pass applies to this kernel family by default
+
+  std::string source() const;  ///< the generated translation unit
+};
+
+/// A compiled kernel, independent of any GPU.
+struct KernelBinary {
+  std::string key;     ///< cache key (32 hex)
+  std::string symbol;  ///< mangled kernel name
+  std::string cubin;
+  std::string log;     ///< compiler log (empty when loaded from the disk cache)
+  bool compiled = false;
+};
+
+struct DeviceInfo {
+  int ordinal = 0;
+  int num_sms = 0;
+  int major = 0, minor = 0;
+  int max_smem_optin = 0;
+  std::string name;
+};
+
+class Runtime {
+ public:
+  static Runtime& instance();
+  explicit Runtime(Options options);
+  ~Runtime();
+
+  const Options& options() const { return options_; }
+  /// Enables or disables the SASS pass for later compiles of this process (the CLI's A/B switch).
+  void set_sass_pass_enabled(bool enabled) { sass_pass_enabled_ = enabled; }
+  bool sass_pass_enabled() const { return sass_pass_enabled_; }
+
+  /// Compiles or loads `spec` (no GPU needed). Thread-safe; concurrent requests for one kernel compile it once.
+  std::shared_ptr<const KernelBinary> binary(const KernelSpec& spec);
+  /// The function of `binary` in the current context (loads the module on first use per context).
+  CUfunction function(const KernelBinary& binary);
+
+  /// Makes sure a context is current (the device's primary context when none is) and returns its device ordinal.
+  int current_device();
+  const DeviceInfo& device_info(int ordinal);
+  /// SMs the kernels use on `ordinal` (options, set_num_sms, device limit).
+  int num_sms(int ordinal);
+  void set_num_sms(int num_sms) { num_sms_override_ = num_sms; }
+  /// The device error word of the current context (allocated on first use).
+  CUdeviceptr error_flags(int ordinal);
+
+  JitStats stats() const;
+  std::string cache_dir() const { return disk_cache_->enabled() ? disk_cache_->dir() : std::string(); }
+  const Compiler& compiler();
+
+ private:
+  std::string cache_key(const KernelSpec& spec, bool sass_pass);
+  KernelBinary build(const KernelSpec& spec, const std::string& key, bool sass_pass);
+
+  Options options_;
+  std::atomic<bool> sass_pass_enabled_{false};  // measured default: docs/sass-pass.md
+  std::atomic<int> num_sms_override_{0};
+  std::unique_ptr<DiskCache> disk_cache_;
+  std::string headers_hash_;
+
+  mutable std::mutex mutex_;
+  std::unique_ptr<Compiler> compiler_;
+  std::unordered_map<std::string, std::shared_ptr<const KernelBinary>> binaries_;  // by source + pass flag
+  std::unordered_map<std::string, std::shared_ptr<std::mutex>> building_;          // one builder per kernel
+  std::unordered_map<std::string, CUfunction> functions_;                          // by key + context
+  std::unordered_map<int, DeviceInfo> devices_;
+  std::unordered_map<int, CUdeviceptr> error_flags_;
+
+  std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0};
+  std::atomic<uint64_t> compile_micros_{0};
+};
+
+}  // namespace finegemm::jit

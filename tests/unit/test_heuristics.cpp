@@ -1,0 +1,78 @@
+// The heuristic: deterministic, every filter enforced, stages fit in shared memory, sensible picks.
+#include <gtest/gtest.h>
+
+#include "finegemm/device/common/gemm_layout.cuh"
+#include "heuristics/heuristics.hpp"
+
+namespace fh = finegemm::heuristics;
+using finegemm::GemmKind;
+using finegemm::Problem;
+
+namespace {
+Problem dense(int64_t m, int64_t n, int64_t k) {
+  Problem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+}  // namespace
+
+TEST(Heuristics, DeterministicAndWithinLimits) {
+  for (int64_t m : {1, 64, 128, 4096})
+    for (int64_t n : {576, 2112, 7168, 24576})
+      for (int64_t k : {128, 512, 7168, 16384}) {
+        const auto a = fh::select_config(dense(m, n, k), 132);
+        const auto b = fh::select_config(dense(m, n, k), 132);
+        EXPECT_EQ(a.describe(), b.describe());
+        EXPECT_LE(a.smem_bytes, 232448);
+        EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k)));
+        EXPECT_GE(a.num_stages, 3);
+        EXPECT_EQ(a.block_n % 16, 0);
+        EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : 160);
+        EXPECT_LE(a.grid, 132);
+        if (a.cluster_size == 2) {
+          EXPECT_EQ(a.grid % 2, 0);
+          if (a.multicast_on_a) EXPECT_EQ(((n + a.block_n - 1) / a.block_n) % 2, 0);
+        }
+      }
+}
+
+TEST(Heuristics, EveryRejectionHasAReason) {
+  for (const auto& c : fh::enumerate_candidates(dense(4096, 7168, 7168), 132)) {
+    if (!c.rejected.empty()) EXPECT_GT(c.rejected.size(), 10u);
+  }
+}
+
+TEST(Heuristics, SmallMUsesOneWarpgroupAndFillsTheMachine) {
+  const auto c = fh::select_config(dense(64, 2112, 7168), 132);
+  EXPECT_EQ(c.block_m, 64);
+  EXPECT_EQ(c.cluster_size, 1);
+  EXPECT_GE(c.num_tiles, 100);  // enough tiles to keep most SMs streaming B
+}
+
+TEST(Heuristics, LargeMUsesBigTilesAndMulticast) {
+  const auto c = fh::select_config(dense(4096, 7168, 7168), 132);
+  EXPECT_EQ(c.block_m, 128);
+  EXPECT_GE(c.block_n, 112);
+  EXPECT_EQ(c.cluster_size, 2);
+}
+
+TEST(Heuristics, KernelFunctionNamesTheConfig) {
+  const auto c = fh::select_config(dense(128, 4096, 7168), 132);
+  const std::string f = c.kernel_function();
+  EXPECT_NE(f.find("sm90_fp8_gemm_kernel<0, 4096u, 7168u, "), std::string::npos) << f;
+}
+
+TEST(Heuristics, MaskedAndContiguousPickLegalConfigs) {
+  Problem p = dense(256, 7168, 2048);
+  p.kind = GemmKind::kGroupedMasked;
+  p.num_groups = 4;
+  p.m_max = 256;
+  const auto masked = fh::select_config(p, 132);
+  EXPECT_TRUE(masked.cluster_size == 1 || masked.multicast_on_a);
+  p.kind = GemmKind::kGroupedContiguous;
+  p.m = 8192 * 4;
+  const auto contiguous = fh::select_config(p, 132);
+  EXPECT_TRUE(contiguous.cluster_size == 1 || contiguous.multicast_on_a);
+}

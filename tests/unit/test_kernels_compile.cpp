@@ -1,0 +1,108 @@
+// The real GEMM kernels compile through NVRTC for sm_90a for every config the heuristic picks on the seed shapes:
+// no local-memory spills, and the SASS holds FP8 wgmma (QGMMA), TMA loads (UTMALDG) and stores (UTMASTG).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "finegemm/finegemm.hpp"
+#include "heuristics/heuristics.hpp"
+#include "jit/compiler.hpp"
+#include "jit/runtime.hpp"
+#include "unit/nvdisasm.hpp"
+
+namespace fj = finegemm::jit;
+using finegemm::GemmKind;
+using finegemm::Problem;
+
+namespace {
+
+std::vector<Problem> seed_problems() {
+  std::vector<Problem> out;
+  std::ifstream in(std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3.csv");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("kind", 0) == 0 || line.empty()) continue;
+    std::stringstream ss(line);
+    std::string kind, g, m, n, k;
+    std::getline(ss, kind, ',');
+    std::getline(ss, g, ',');
+    std::getline(ss, m, ',');
+    std::getline(ss, n, ',');
+    std::getline(ss, k, ',');
+    Problem p;
+    p.kind = kind == "normal" ? GemmKind::kNormal : (kind == "contiguous" ? GemmKind::kGroupedContiguous : GemmKind::kGroupedMasked);
+    p.num_groups = std::stoi(g);
+    p.m = std::stoll(m) * (p.kind == GemmKind::kGroupedContiguous ? p.num_groups : 1);
+    p.n = std::stoll(n);
+    p.k = std::stoll(k);
+    p.m_max = p.kind == GemmKind::kGroupedMasked ? std::stoll(m) : 0;
+    out.push_back(p);
+  }
+  return out;
+}
+
+fj::Options uncached_options() {
+  fj::Options o;
+  o.cache_dir = "";  // compile every kernel here, so its compiler log is available
+  return o;
+}
+
+}  // namespace
+
+TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
+  const std::vector<Problem> problems = seed_problems();
+  ASSERT_EQ(problems.size(), 28u) << "data/shapes/deepseek_v3.csv should list the 28 seed shapes";
+  std::set<std::string> functions;
+  for (const auto& p : problems) {
+    for (bool k_major : {false, true}) {
+      Problem q = p;
+      q.sa_k_major = k_major;
+      functions.insert(finegemm::heuristics::select_config(q, 132).kernel_function());
+    }
+  }
+  fj::Runtime runtime(uncached_options());
+  std::vector<std::shared_ptr<const fj::KernelBinary>> binaries(functions.size());
+  std::vector<std::string> names(functions.begin(), functions.end());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::string error;
+  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < names.size(); i = next++) {
+        fj::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", names[i],
+                            "(const __grid_constant__ finegemm::device::GemmArgs)", false};
+        try {
+          binaries[i] = runtime.binary(spec);
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mutex);
+          error += names[i] + ": " + e.what() + "\n";
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(error.empty()) << error;
+
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  if (nvdisasm.empty())
+    std::fprintf(stderr, "\n*** SKIPPED SASS checks: nvdisasm not found (pip install nvidia-cuda-nvdisasm) ***\n\n");
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& b = *binaries[i];
+    EXPECT_EQ(fj::spill_bytes_from_log(b.log), 0) << names[i] << "\n" << b.log;
+    EXPECT_EQ(b.cubin.compare(0, 4, "\x7f" "ELF"), 0);
+    EXPECT_NE(b.symbol.find("sm90_fp8_gemm_kernel"), std::string::npos);
+    if (nvdisasm.empty()) continue;
+    const std::string sass = finegemm::test::disassemble(b.cubin, nvdisasm);
+    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("STSM"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  }
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+}

@@ -1,0 +1,164 @@
+// The block scheduler's tile order: every tile exactly once, multicast pairs share their operand, grouped kinds skip
+// padding and masked rows. Runs the device scheduler's code on the host.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "finegemm/device/scheduler.cuh"
+
+namespace fd = finegemm::device;
+
+namespace {
+
+struct Visit {
+  int cta, group, m_block, n_block, row_base, row_limit;
+  bool check_rows;
+};
+
+template <fd::GemmKind kKind, int BM, int BN, int NB, int kCluster, bool kOnA>
+std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout, int num_ctas) {
+  std::vector<std::vector<Visit>> per_cta(static_cast<size_t>(num_ctas));
+  for (int cta = 0; cta < num_ctas; ++cta) {
+    fd::TileScheduler<kKind, BM, BN, NB, kCluster, kOnA> s(rows, groups, layout, cta, num_ctas);
+    fd::Tile t;
+    while (s.next(t)) per_cta[size_t(cta)].push_back({cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows});
+  }
+  return per_cta;
+}
+
+template <int BM, int BN, int NB, int kCluster, bool kOnA>
+void check_normal(int m, int num_ctas) {
+  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kCluster, kOnA>(m, 1, nullptr, num_ctas);
+  std::map<std::pair<int, int>, int> seen;
+  for (const auto& cta : visits)
+    for (const auto& v : cta) ++seen[{v.m_block, v.n_block}];
+  const int m_blocks = (m + BM - 1) / BM;
+  ASSERT_EQ(int(seen.size()), m_blocks * NB) << "m=" << m << " ctas=" << num_ctas;
+  for (const auto& [tile, count] : seen) {
+    ASSERT_EQ(count, 1) << "tile (" << tile.first << "," << tile.second << ") visited " << count << " times";
+    ASSERT_LT(tile.first, m_blocks);
+    ASSERT_LT(tile.second, NB);
+  }
+  if (kCluster == 2) {
+    // CTAs 2c and 2c+1 form a cluster: at each step both have a tile or neither, and they share the multicast operand.
+    for (int c = 0; c + 1 < num_ctas; c += 2) {
+      ASSERT_EQ(visits[size_t(c)].size(), visits[size_t(c + 1)].size());
+      for (size_t i = 0; i < visits[size_t(c)].size(); ++i) {
+        const auto& x = visits[size_t(c)][i];
+        const auto& y = visits[size_t(c + 1)][i];
+        if (kOnA) {
+          EXPECT_EQ(x.m_block, y.m_block);
+        } else {
+          EXPECT_EQ(x.n_block, y.n_block);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
+  for (int ctas : {1, 2, 7, 66, 78, 114, 132}) {
+    for (int m : {1, 63, 64, 65, 128, 129, 1000, 4096}) {
+      check_normal<64, 16, 132, 1, true>(m, ctas);
+      check_normal<128, 112, 64, 1, true>(m, ctas);
+      check_normal<128, 128, 33, 1, true>(m, ctas);
+    }
+  }
+}
+
+TEST(Scheduler, MulticastPairsShareTheirOperand) {
+  for (int ctas : {2, 66, 132}) {
+    for (int m : {512, 1000, 4096}) {
+      check_normal<128, 112, 64, 2, true>(m, ctas);   // even n-blocks: pairs along N share A
+      check_normal<128, 128, 56, 2, true>(m, ctas);
+    }
+    for (int m : {512, 4096}) check_normal<128, 128, 33, 2, false>(m, ctas);  // even m-blocks: pairs along M share B
+  }
+}
+
+TEST(Scheduler, RasterizationKeepsAWaveInABandOfN) {
+  // With 132 CTAs over 32 x 56 tiles, the first wave must touch at most 16 n-blocks (one band) of B.
+  const auto visits = walk<fd::GemmKind::kNormal, 128, 128, 56, 1, true>(4096, 1, nullptr, 132);
+  std::set<int> n_blocks;
+  for (const auto& cta : visits) n_blocks.insert(cta.front().n_block);
+  EXPECT_LE(n_blocks.size(), 16u);
+}
+
+TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {
+  // Experts of 100, 0, 300 and 128 rows, each padded to a multiple of 128.
+  std::vector<int32_t> m_indices;
+  const int counts[] = {100, 0, 300, 128};
+  for (int e = 0; e < 4; ++e) {
+    const int padded = (counts[e] + 127) / 128 * 128;
+    for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[e] ? e : -1);
+  }
+  const int rows = int(m_indices.size());  // 128 + 0 + 384 + 128 = 640
+  const auto visits = walk<fd::GemmKind::kGroupedContiguous, 128, 64, 4, 1, true>(rows, 4, m_indices.data(), 5);
+  std::map<std::pair<int, int>, Visit> seen;
+  for (const auto& cta : visits)
+    for (const auto& v : cta) {
+      EXPECT_TRUE(seen.emplace(std::make_pair(v.m_block, v.n_block), v).second);
+      EXPECT_EQ(v.group, m_indices[size_t(v.row_base)]);
+    }
+  EXPECT_EQ(seen.size(), 5u * 4u);  // 5 m-blocks hold real rows, none is all padding
+  EXPECT_TRUE(seen.at({0, 0}).check_rows);   // expert 0: 100 of 128 rows
+  EXPECT_FALSE(seen.at({1, 0}).check_rows);  // expert 2, full block
+  EXPECT_TRUE(seen.at({3, 0}).check_rows);   // expert 2's last block: 44 rows
+  EXPECT_FALSE(seen.at({4, 0}).check_rows);
+}
+
+TEST(Scheduler, ContiguousAllPaddingBlocksAndBadIdsAreSkipped) {
+  std::vector<int32_t> m_indices(256, -1);
+  for (int r = 128; r < 256; ++r) m_indices[size_t(r)] = 7;  // 7 >= G: out of range
+  fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 64, 64, 2, 1, true> s(256, 4, m_indices.data(), 0, 1);
+  fd::Tile t;
+  EXPECT_FALSE(s.next(t));
+  EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorExpertIdOutOfRange));
+}
+
+TEST(Scheduler, MaskedVisitsOnlyValidRowsOfEachGroup) {
+  const int m_max = 200;
+  for (int ctas : {1, 3, 132}) {
+    std::vector<int32_t> masked = {0, 1, 63, 64, 65, 200, 129, 0};
+    const auto visits = walk<fd::GemmKind::kGroupedMasked, 64, 32, 4, 1, true>(m_max, int(masked.size()), masked.data(), ctas);
+    std::map<std::tuple<int, int, int>, int> seen;
+    for (const auto& cta : visits)
+      for (const auto& v : cta) {
+        ++seen[{v.group, v.m_block, v.n_block}];
+        EXPECT_EQ(v.row_base, v.group * m_max + v.m_block * 64);
+        EXPECT_EQ(v.row_limit, std::min(64, masked[size_t(v.group)] - v.m_block * 64));
+        EXPECT_GT(v.row_limit, 0);
+      }
+    size_t expected = 0;
+    for (int rows : masked) expected += size_t((rows + 63) / 64) * 4;
+    EXPECT_EQ(seen.size(), expected);
+    for (const auto& [tile, count] : seen) EXPECT_EQ(count, 1);
+  }
+}
+
+TEST(Scheduler, MaskedClampsAndFlagsRowsAboveMmax) {
+  std::vector<int32_t> masked = {300};
+  fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 64, 1, 1, true> s(256, 1, masked.data(), 0, 1);
+  fd::Tile t;
+  int tiles = 0;
+  while (s.next(t)) ++tiles;
+  EXPECT_EQ(tiles, 2);  // 256 rows, not 300
+  EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorMaskedMTooLarge));
+}
+
+TEST(Scheduler, MaskedMulticastPairsStayInOneGroup) {
+  std::vector<int32_t> masked = {100, 0, 257, 64, 1};
+  const auto visits = walk<fd::GemmKind::kGroupedMasked, 128, 64, 6, 2, true>(300, 5, masked.data(), 8);
+  for (int c = 0; c < 8; c += 2) {
+    ASSERT_EQ(visits[size_t(c)].size(), visits[size_t(c + 1)].size());
+    for (size_t i = 0; i < visits[size_t(c)].size(); ++i) {
+      EXPECT_EQ(visits[size_t(c)][i].group, visits[size_t(c + 1)][i].group);
+      EXPECT_EQ(visits[size_t(c)][i].m_block, visits[size_t(c + 1)][i].m_block);
+    }
+  }
+}

@@ -1,0 +1,271 @@
+#include "lib/gemm_problem.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "jit/driver.hpp"
+#include "jit/runtime.hpp"
+#include "reference/reference.hpp"
+
+namespace finegemm::tools {
+namespace {
+
+constexpr int kContiguousAlignment = 128;
+
+TensorView view(DeviceBuffer& buf, DType dtype, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(buf.get(), dtype, shape);
+}
+
+}  // namespace
+
+std::string ProblemShape::describe() const {
+  std::ostringstream os;
+  const char* kind_name = kind == GemmKind::kNormal ? "normal" : (kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked");
+  os << kind_name << " G=" << groups << " M=" << m << " N=" << n << " K=" << k;
+  return os.str();
+}
+
+GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& options) : shape_(shape) {
+  std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + 17);
+  const int g = shape.groups;
+  if (shape.kind == GemmKind::kNormal) {
+    rows_ = shape.m;
+  } else if (shape.kind == GemmKind::kGroupedMasked) {
+    rows_ = int64_t(g) * shape.m;
+    masked_m_ = options.masked_m;
+    if (masked_m_.empty()) masked_m_.assign(size_t(g), int(shape.m));
+    if (int(masked_m_.size()) != g) throw std::invalid_argument("masked_m needs one entry per group");
+    layout_.assign(masked_m_.begin(), masked_m_.end());
+  } else {
+    std::vector<int> counts = options.expert_rows;
+    if (counts.empty()) {
+      // Router-like: counts drawn around the expected value (0.5x..1.5x).
+      std::uniform_int_distribution<int64_t> dist(shape.m / 2, shape.m + shape.m / 2);
+      for (int e = 0; e < g; ++e) counts.push_back(int(dist(rng)));
+    }
+    if (int(counts.size()) != g) throw std::invalid_argument("expert_rows needs one entry per expert");
+    for (int e = 0; e < g; ++e) {
+      const int64_t padded = (counts[size_t(e)] + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment;
+      for (int64_t r = 0; r < padded; ++r) layout_.push_back(r < counts[size_t(e)] ? e : -1);
+    }
+    rows_ = int64_t(layout_.size());
+  }
+  refresh_row_groups();
+
+  const int64_t kb_ = kb(), nb_ = nb();
+  host_a.resize(size_t(rows_ * shape.k));
+  host_b.resize(size_t(int64_t(g) * shape.n * shape.k));
+  host_sa.resize(size_t(rows_ * kb_));
+  host_sb.resize(size_t(int64_t(g) * nb_ * kb_));
+  reference::fill_random_fp8(host_a, options.seed * 4 + 0);
+  reference::fill_random_fp8(host_b, options.seed * 4 + 1);
+  reference::fill_random_scales(host_sa, options.seed * 4 + 2, options.scale_lo_exp, options.scale_hi_exp);
+  reference::fill_random_scales(host_sb, options.seed * 4 + 3, options.scale_lo_exp, options.scale_hi_exp);
+
+  // SA MN-major: per group (masked) or whole (normal, contiguous): [KB][M_pad].
+  const int64_t group_rows = shape.kind == GemmKind::kGroupedMasked ? shape.m : rows_;
+  const int64_t num_sa_groups = shape.kind == GemmKind::kGroupedMasked ? g : 1;
+  m_pad_ = reference::align_up(std::max<int64_t>(group_rows, 1), 4);
+  std::vector<float> sa_mn;
+  for (int64_t grp = 0; grp < num_sa_groups; ++grp) {
+    std::vector<float> part(host_sa.begin() + grp * group_rows * kb_, host_sa.begin() + (grp + 1) * group_rows * kb_);
+    std::vector<float> mn = reference::scales_to_mn_major(part, group_rows, kb_);
+    sa_mn.insert(sa_mn.end(), mn.begin(), mn.end());
+  }
+
+  a = DeviceBuffer(std::max<size_t>(host_a.size(), 16));
+  b = DeviceBuffer(host_b.size());
+  sa_k_major = DeviceBuffer(std::max<size_t>(host_sa.size() * 4, 16));
+  sa_mn_major = DeviceBuffer(std::max<size_t>(sa_mn.size() * 4, 16));
+  sb = DeviceBuffer(host_sb.size() * 4);
+  d = DeviceBuffer(std::max<size_t>(size_t(rows_ * shape.n * 2), 16));
+  if (!host_a.empty()) a.upload(host_a.data(), host_a.size());
+  b.upload(host_b.data(), host_b.size());
+  if (!host_sa.empty()) sa_k_major.upload(host_sa.data(), host_sa.size() * 4);
+  if (!sa_mn.empty()) sa_mn_major.upload(sa_mn.data(), sa_mn.size() * 4);
+  sb.upload(host_sb.data(), host_sb.size() * 4);
+  if (!layout_.empty()) {
+    layout_buffer = DeviceBuffer(layout_.size() * 4);
+    layout_buffer.upload(layout_.data(), layout_.size() * 4);
+  }
+}
+
+void GemmProblem::refresh_row_groups() {
+  row_group_.assign(size_t(rows_), -1);
+  if (shape_.kind == GemmKind::kNormal) {
+    std::fill(row_group_.begin(), row_group_.end(), 0);
+  } else if (shape_.kind == GemmKind::kGroupedContiguous) {
+    for (int64_t r = 0; r < rows_; ++r) row_group_[size_t(r)] = layout_[size_t(r)] >= 0 && layout_[size_t(r)] < shape_.groups ? layout_[size_t(r)] : -1;
+  } else {
+    for (int grp = 0; grp < shape_.groups; ++grp) {
+      const int64_t valid = std::clamp<int64_t>(layout_[size_t(grp)], 0, shape_.m);
+      for (int64_t r = 0; r < valid; ++r) row_group_[size_t(grp * shape_.m + r)] = grp;
+    }
+  }
+}
+
+int64_t GemmProblem::valid_rows() const {
+  return std::count_if(row_group_.begin(), row_group_.end(), [](int g) { return g >= 0; });
+}
+
+void GemmProblem::run(bool k_major, cudaStream_t stream) {
+  const int64_t kb_ = kb(), nb_ = nb(), n = shape_.n, k = shape_.k;
+  const Stream s = reinterpret_cast<Stream>(stream);
+  if (shape_.kind == GemmKind::kGroupedMasked) {
+    const int64_t g = shape_.groups, mm = shape_.m;
+    const TensorView va = view(a, DType::kFloat8E4M3, {g, mm, k});
+    const TensorView vsa = k_major ? view(sa_k_major, DType::kFloat32, {g, mm, kb_})
+                                   : TensorView::strided(sa_mn_major.get(), DType::kFloat32, {g, mm, kb_},
+                                                         {kb_ * m_pad_, 1, m_pad_});
+    int expected = 0;
+    for (int v : masked_m_) expected = std::max(expected, v);
+    m_grouped_gemm_fp8_fp8_bf16_nt_masked(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
+                                          view(sb, DType::kFloat32, {g, nb_, kb_}), view(d, DType::kBFloat16, {g, mm, n}),
+                                          view(layout_buffer, DType::kInt32, {g}), std::max(expected, 1), s);
+    return;
+  }
+  const TensorView va = view(a, DType::kFloat8E4M3, {rows_, k});
+  const TensorView vsa = k_major ? view(sa_k_major, DType::kFloat32, {rows_, kb_})
+                                 : TensorView::strided(sa_mn_major.get(), DType::kFloat32, {rows_, kb_}, {1, m_pad_});
+  const TensorView vd = view(d, DType::kBFloat16, {rows_, n});
+  if (shape_.kind == GemmKind::kNormal) {
+    gemm_fp8_fp8_bf16_nt(va, vsa, view(b, DType::kFloat8E4M3, {n, k}), view(sb, DType::kFloat32, {nb_, kb_}), vd, s);
+  } else {
+    const int64_t g = shape_.groups;
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
+                                              view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
+                                              view(layout_buffer, DType::kInt32, {rows_}), s);
+  }
+}
+
+void GemmProblem::poison_output(cudaStream_t stream) {
+  const size_t count = size_t(rows_ * shape_.n);
+  if (count == 0) return;
+  std::vector<uint16_t> pattern(count, kPoison);
+  FG_CUDA_CHECK(cudaMemcpyAsync(d.get(), pattern.data(), count * 2, cudaMemcpyHostToDevice, stream));
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+std::vector<uint16_t> GemmProblem::download_output() const {
+  std::vector<uint16_t> out(size_t(rows_ * shape_.n));
+  if (!out.empty()) d.download(out.data(), out.size() * 2);
+  return out;
+}
+
+void GemmProblem::set_layout(const std::vector<int32_t>& values, cudaStream_t stream) {
+  layout_ = values;
+  if (shape_.kind == GemmKind::kGroupedMasked) masked_m_.assign(values.begin(), values.end());
+  FG_CUDA_CHECK(cudaMemcpyAsync(layout_buffer.get(), layout_.data(), layout_.size() * 4, cudaMemcpyHostToDevice, stream));
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+  refresh_row_groups();
+}
+
+double GemmProblem::min_bytes() const {
+  const double rows = double(valid_rows());
+  int used_groups = 1;
+  if (shape_.kind != GemmKind::kNormal) {
+    std::vector<char> used(size_t(shape_.groups), 0);
+    for (int g : row_group_)
+      if (g >= 0) used[size_t(g)] = 1;
+    used_groups = int(std::count(used.begin(), used.end(), 1));
+  }
+  const double kb_ = double(kb()), nb_ = double(nb());
+  return rows * double(shape_.k) + double(used_groups) * double(shape_.n * shape_.k) + 2.0 * rows * double(shape_.n) +
+         4.0 * rows * kb_ + 4.0 * used_groups * nb_ * kb_;
+}
+
+Reference gpu_reference(const GemmProblem& problem) {
+  const ProblemShape& shape = problem.shape();
+  const int64_t rows = problem.rows(), n = shape.n, k = shape.k, kb = problem.kb(), nb = problem.nb();
+  DeviceBuffer value(std::max<size_t>(size_t(rows * n * 8), 8)), abs_sum(std::max<size_t>(size_t(rows * n * 8), 8));
+  FG_CUDA_CHECK(cudaMemset(value.get(), 0, value.size()));
+  FG_CUDA_CHECK(cudaMemset(abs_sum.get(), 0, abs_sum.size()));
+
+  jit::Runtime& rt = jit::Runtime::instance();
+  jit::KernelSpec spec;
+  spec.header = "finegemm/device/kernels/reference_gemm.cuh";
+  spec.function = "finegemm::device::reference_gemm_kernel";
+  spec.parameters = "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, int32_t)";
+  rt.current_device();
+  const CUfunction fn = rt.function(*rt.binary(spec));
+
+  // One launch per run of consecutive rows of one group.
+  int64_t r = 0;
+  while (r < rows) {
+    const int g = problem.row_group(r);
+    int64_t end = r + 1;
+    while (end < rows && problem.row_group(end) == g) ++end;
+    if (g >= 0) {
+      const uint8_t* a = problem.a.as<uint8_t>() + r * k;
+      const float* sa = problem.sa_k_major.as<float>() + r * kb;
+      int64_t ld_sa = kb;
+      const uint8_t* b = problem.b.as<uint8_t>() + int64_t(g) * n * k;
+      const float* sb = problem.sb.as<float>() + int64_t(g) * nb * kb;
+      double* v = value.as<double>() + r * n;
+      double* s = abs_sum.as<double>() + r * n;
+      int32_t m32 = int32_t(end - r), n32 = int32_t(n), k32 = int32_t(k);
+      void* args[] = {&a, &sa, &ld_sa, &b, &sb, &v, &s, &m32, &n32, &k32};
+      const unsigned grid_x = unsigned((n + 63) / 64), grid_y = unsigned((end - r + 63) / 64);
+      CUlaunchConfig config{};
+      config.gridDimX = grid_x;
+      config.gridDimY = grid_y;
+      config.gridDimZ = 1;
+      config.blockDimX = 256;
+      config.blockDimY = 1;
+      config.blockDimZ = 1;
+      jit::check_cu(jit::driver().cuLaunchKernelEx(&config, fn, args, nullptr), "reference_gemm_kernel");
+    }
+    r = end;
+  }
+  FG_CUDA_CHECK(cudaDeviceSynchronize());
+  Reference ref;
+  ref.value.resize(size_t(rows * n));
+  ref.abs_sum.resize(size_t(rows * n));
+  if (rows * n > 0) {
+    value.download(ref.value.data(), ref.value.size() * 8);
+    abs_sum.download(ref.abs_sum.data(), ref.abs_sum.size() * 8);
+  }
+  return ref;
+}
+
+Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
+                     double max_diff, double accum_tolerance) {
+  const int64_t rows = problem.rows(), n = problem.shape().n;
+  Verdict v;
+  v.ok = true;
+  std::ostringstream os;
+  int64_t r = 0;
+  while (r < rows) {
+    const int g = problem.row_group(r);
+    int64_t end = r + 1;
+    while (end < rows && problem.row_group(end) == g) ++end;
+    if (g < 0) {
+      for (int64_t i = r * n; i < end * n; ++i)
+        if (out[size_t(i)] != GemmProblem::kPoison) ++v.touched_invalid;
+    } else {
+      const reference::CheckResult c =
+          reference::check_bf16_output(out.data() + r * n, n, ref.value.data() + r * n, ref.abs_sum.data() + r * n,
+                                       end - r, n, max_diff, accum_tolerance);
+      v.worst_diff = std::max(v.worst_diff, std::isnan(c.diff) ? 1.0 : c.diff);
+      v.bad_elements += c.num_bad;
+      if (!c.ok) {
+        v.ok = false;
+        if (os.tellp() < 2000) os << "rows [" << r << ", " << end << ") group " << g << ": " << c.summary() << "\n";
+      }
+    }
+    r = end;
+  }
+  if (v.touched_invalid > 0) {
+    v.ok = false;
+    os << v.touched_invalid << " elements of rows that must stay untouched were written\n";
+  }
+  std::ostringstream head;
+  head << (v.ok ? "ok" : "FAIL") << " diff=" << v.worst_diff << " bad=" << v.bad_elements;
+  v.summary = head.str() + (os.str().empty() ? "" : "\n" + os.str());
+  return v;
+}
+
+}  // namespace finegemm::tools

@@ -1,0 +1,96 @@
+// A GEMM problem of any kind with random data, on the host and the device, its GPU reference and its check.
+// Shared by `finegemm bench`, `finegemm check` and the GPU tests.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "finegemm/finegemm.hpp"
+#include "lib/device_buffer.hpp"
+
+namespace finegemm::tools {
+
+struct ProblemShape {
+  GemmKind kind = GemmKind::kNormal;
+  int groups = 1;
+  int64_t m = 0;  ///< normal: M; contiguous: expected rows per expert; masked: M_max
+  int64_t n = 0;
+  int64_t k = 0;
+  std::string describe() const;
+};
+
+/// Options of the random problem.
+struct ProblemOptions {
+  uint64_t seed = 1;
+  std::vector<int> masked_m;          ///< masked: rows per group (default: all M_max)
+  std::vector<int> expert_rows;       ///< contiguous: real rows per expert (default: random around m)
+  int scale_lo_exp = -10, scale_hi_exp = 10;
+};
+
+class GemmProblem {
+ public:
+  GemmProblem(const ProblemShape& shape, const ProblemOptions& options);
+
+  const ProblemShape& shape() const { return shape_; }
+  int64_t rows() const { return rows_; }             ///< rows of the 2D views of A and D
+  int64_t kb() const { return (shape_.k + 127) / 128; }
+  int64_t nb() const { return (shape_.n + 127) / 128; }
+  /// Rows that are computed (normal: M; contiguous: real rows; masked: sum of masked_m).
+  int64_t valid_rows() const;
+  bool row_valid(int64_t row) const { return row_group_[size_t(row)] >= 0; }
+  int row_group(int64_t row) const { return row_group_[size_t(row)]; }
+  const std::vector<int>& masked_m() const { return masked_m_; }
+
+  /// Enqueues the finegemm call for this problem (SA in the layout asked for).
+  void run(bool sa_k_major, cudaStream_t stream);
+  /// Fills D with a NaN bit pattern (kPoison) on `stream`.
+  void poison_output(cudaStream_t stream);
+  std::vector<uint16_t> download_output() const;
+  /// Overwrites the device layout (m_indices or masked_m) with `values` (for graph-replay tests).
+  void set_layout(const std::vector<int32_t>& values, cudaStream_t stream);
+  std::vector<int32_t>& layout() { return layout_; }
+
+  /// Bytes a kernel must move at least: A and B (fp8, valid rows / used groups), D (bf16) and scales.
+  double min_bytes() const;
+  double flops() const { return 2.0 * double(valid_rows()) * double(shape_.n) * double(shape_.k); }
+
+  // Device data (public for the cuBLASLt baseline and tests).
+  DeviceBuffer a, b, sa_k_major, sa_mn_major, sb, d, layout_buffer;
+  std::vector<uint8_t> host_a, host_b;
+  std::vector<float> host_sa, host_sb;  // SA K-major [rows, KB]; SB [G, NB, KB]
+
+  static constexpr uint16_t kPoison = 0x7FFF;  ///< bf16 NaN
+
+ private:
+  void refresh_row_groups();
+
+  ProblemShape shape_;
+  int64_t rows_ = 0;
+  int64_t m_pad_ = 0;
+  std::vector<int> masked_m_;
+  std::vector<int32_t> layout_;      // m_indices (contiguous) or masked_m (masked)
+  std::vector<int> row_group_;       // per 2D row: group, or -1 when the row is not computed
+};
+
+/// fp64 reference of every valid row (invalid rows hold 0), computed on the GPU with the JIT's reference kernel.
+struct Reference {
+  std::vector<double> value;  ///< [rows, N]
+  std::vector<double> abs_sum;
+};
+Reference gpu_reference(const GemmProblem& problem);
+
+struct Verdict {
+  bool ok = false;
+  double worst_diff = 0;     ///< largest per-group diff
+  int64_t bad_elements = 0;  ///< element-wise failures among valid rows
+  int64_t touched_invalid = 0;  ///< invalid rows whose D changed from the poison
+  std::string summary;
+};
+/// Checks `out` (downloaded D) against `ref`: per group diff <= max_diff, element-wise bound, untouched invalid rows.
+Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
+                     double max_diff = 1e-5, double accum_tolerance = 0x1p-11);
+
+}  // namespace finegemm::tools

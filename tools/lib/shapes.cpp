@@ -1,0 +1,195 @@
+#include "lib/shapes.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace finegemm::tools {
+namespace {
+
+std::vector<std::string> split(const std::string& line, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string cell;
+  while (std::getline(ss, cell, sep)) out.push_back(cell);
+  return out;
+}
+
+int64_t parse_int(const std::string& s, const std::string& where) {
+  size_t pos = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != s.size() || v < 0) throw std::runtime_error(where + ": expected a non-negative integer, got '" + s + "'");
+  return v;
+}
+
+GemmKind parse_kind(const std::string& s, const std::string& where) {
+  if (s == "normal") return GemmKind::kNormal;
+  if (s == "contiguous") return GemmKind::kGroupedContiguous;
+  if (s == "masked") return GemmKind::kGroupedMasked;
+  throw std::runtime_error(where + ": kind must be normal, contiguous or masked, got '" + s + "'");
+}
+
+}  // namespace
+
+std::vector<ProblemShape> parse_shapes(const std::string& text, const std::string& origin) {
+  std::vector<ProblemShape> shapes;
+  std::stringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#' || line.rfind("kind,", 0) == 0) continue;
+    const std::string where = origin + ":" + std::to_string(line_no);
+    const auto cells = split(line, ',');
+    if (cells.size() < 5) throw std::runtime_error(where + ": expected kind,groups,m,n,k");
+    ProblemShape s;
+    s.kind = parse_kind(cells[0], where);
+    s.groups = int(parse_int(cells[1], where));
+    s.m = parse_int(cells[2], where);
+    s.n = parse_int(cells[3], where);
+    s.k = parse_int(cells[4], where);
+    if (s.groups < 1 || s.groups > 65536) throw std::runtime_error(where + ": groups must be in 1..65536");
+    if (s.n == 0 || s.k == 0 || s.m > (int64_t(1) << 31) || s.n > (int64_t(1) << 31) || s.k > (int64_t(1) << 31))
+      throw std::runtime_error(where + ": sizes out of range");
+    if (s.kind == GemmKind::kNormal && s.groups != 1) throw std::runtime_error(where + ": normal GEMMs have groups=1");
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+std::vector<ProblemShape> read_shape_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read shape file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_shapes(ss.str(), path);
+}
+
+void Anchors::load_normal(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read anchors " + path);
+  std::string line;
+  std::getline(in, line);
+  const auto header = split(line, ',');
+  int best = -1, cublas = -1;
+  for (int i = 0; i < int(header.size()); ++i) {
+    if (header[size_t(i)] == "best_anchor_tflops") best = i;
+    if (header[size_t(i)] == "cublaslt_block_h100_tflops") cublas = i;
+  }
+  while (std::getline(in, line)) {
+    const auto c = split(line, ',');
+    if (c.size() < 4 || best < 0) continue;
+    table_[{0, 1, std::stoll(c[0]), std::stoll(c[1]), std::stoll(c[2])}] = {
+        std::stod(c[size_t(best)]), cublas >= 0 ? std::stod(c[size_t(cublas)]) : 0.0};
+  }
+}
+
+void Anchors::load_grouped(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read anchors " + path);
+  std::string line;
+  std::getline(in, line);
+  const auto header = split(line, ',');
+  int best = -1;
+  for (int i = 0; i < int(header.size()); ++i)
+    if (header[size_t(i)] == "best_anchor_tflops") best = i;
+  while (std::getline(in, line)) {
+    const auto c = split(line, ',');
+    if (c.size() < 6 || best < 0) continue;
+    const int kind = c[0] == "contiguous" ? 1 : 2;
+    table_[{kind, std::stoi(c[1]), std::stoll(c[2]), std::stoll(c[3]), std::stoll(c[4])}] = {std::stod(c[size_t(best)]), 0.0};
+  }
+}
+
+double Anchors::best_tflops(const ProblemShape& s) const {
+  auto it = table_.find({int(s.kind), s.groups, s.m, s.n, s.k});
+  return it == table_.end() ? 0.0 : it->second.first;
+}
+
+double Anchors::cublaslt_tflops(const ProblemShape& s) const {
+  auto it = table_.find({int(s.kind), s.groups, s.m, s.n, s.k});
+  return it == table_.end() ? 0.0 : it->second.second;
+}
+
+std::string find_data_file(const std::string& relative) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> roots;
+#ifdef FINEGEMM_SOURCE_DIR
+  roots.emplace_back(FINEGEMM_SOURCE_DIR);
+#endif
+  char exe[4096] = {};
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len > 0) {
+    fs::path dir = fs::path(std::string(exe, size_t(len))).parent_path();
+    for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) roots.push_back(dir);
+  }
+  roots.push_back(fs::current_path());
+  for (const auto& root : roots) {
+    for (const fs::path candidate : {root / relative, root / "share" / "finegemm" / relative}) {
+      if (fs::exists(candidate)) return candidate.string();
+    }
+  }
+  throw std::runtime_error("cannot find " + relative + " (run from the repository or pass the path explicitly)");
+}
+
+Problem problem_of(const ProblemShape& shape, bool sa_k_major) {
+  Problem p;
+  p.kind = shape.kind;
+  p.n = shape.n;
+  p.k = shape.k;
+  p.num_groups = shape.groups;
+  p.sa_k_major = sa_k_major;
+  if (shape.kind == GemmKind::kGroupedContiguous) {
+    p.m = std::max<int64_t>(1, shape.m) * shape.groups;  // M_sum the heuristic sees (expected)
+  } else {
+    p.m = std::max<int64_t>(1, shape.m);
+  }
+  p.m_max = shape.kind == GemmKind::kGroupedMasked ? shape.m : 0;
+  return p;
+}
+
+int precompile_all(const std::vector<Problem>& problems, int num_sms, int jobs) {
+  // Distinct configurations only.
+  std::vector<Problem> todo;
+  std::set<std::string> seen;
+  for (const auto& p : problems) {
+    const std::string key = describe_config(p, num_sms) + "|" + std::to_string(p.n) + "|" + std::to_string(p.k) + "|" +
+                            std::to_string(int(p.kind)) + "|" + std::to_string(p.sa_k_major);
+    if (seen.insert(key).second) todo.push_back(p);
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<int> compiled{0};
+  std::mutex error_mutex;
+  std::string first_error;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::max(1, jobs); ++t) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < todo.size(); i = next++) {
+        try {
+          if (precompile(todo[i], num_sms)) ++compiled;
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (first_error.empty()) first_error = e.what();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!first_error.empty()) throw std::runtime_error(first_error);
+  return compiled.load();
+}
+
+}  // namespace finegemm::tools

@@ -1,0 +1,41 @@
+// Shape files (the benchmark's and warm-up's input), anchor figures, and parallel ahead-of-time compilation.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "finegemm/finegemm.hpp"
+#include "lib/gemm_problem.hpp"
+
+namespace finegemm::tools {
+
+/// Reads a CSV with header `kind,groups,m,n,k[,note]` (kind: normal | contiguous | masked). Throws with the line
+/// number on malformed input.
+std::vector<ProblemShape> read_shape_file(const std::string& path);
+std::vector<ProblemShape> parse_shapes(const std::string& text, const std::string& origin);
+
+/// Best anchor TFLOPS per shape (from anchors/h100_normal.csv and h100_grouped.csv), 0 when unknown.
+class Anchors {
+ public:
+  void load_normal(const std::string& path);
+  void load_grouped(const std::string& path);
+  double best_tflops(const ProblemShape& shape) const;
+  double cublaslt_tflops(const ProblemShape& shape) const;
+
+ private:
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t>, std::pair<double, double>> table_;
+};
+
+/// Finds a data file shipped in the repository (data/...), searching the source dir, the executable's dir and cwd.
+std::string find_data_file(const std::string& relative);
+
+/// The Problem the heuristic sees for `shape` with `sa_k_major`.
+Problem problem_of(const ProblemShape& shape, bool sa_k_major);
+
+/// Compiles the kernels of `problems` for `num_sms` SMs on `jobs` threads. Returns the number compiled (not found in
+/// the caches).
+int precompile_all(const std::vector<Problem>& problems, int num_sms, int jobs);
+
+}  // namespace finegemm::tools

@@ -1,0 +1,63 @@
+// Kernel timing for the finegemm bench and GPU tests (DESIGN.md section 5).
+//
+// Kernel time: CUDA events recorded around each call, all enqueued back to back with no host synchronization inside
+// the loop, the L2 flushed before each timed call *outside* its event pair, median of the samples. To keep host
+// launch gaps out of the measurement, the timed loop is queued behind a "stream gate" (a host function that holds the
+// stream until the host has finished enqueuing everything); the GPU then runs the whole queue back to back.
+// Host overhead is measured separately (host_overhead_us).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <functional>
+
+#include "lib/device_buffer.hpp"
+
+namespace finegemm::tools {
+
+/// Evicts the L2 by writing a large buffer (cudaMemsetAsync) on the given stream. The buffer is allocated once,
+/// in the constructor; the default (256 MiB) is 5x the 50 MB L2 of an H100. Move-only.
+class L2Flusher {
+ public:
+  /// Throws std::invalid_argument if bytes == 0, std::runtime_error if the allocation fails.
+  explicit L2Flusher(size_t bytes = 256ull << 20);
+  /// Enqueues the flush on `s` (asynchronous). Throws std::runtime_error on a CUDA error.
+  void flush(cudaStream_t s);
+  size_t bytes() const { return buf_.size(); }
+
+ private:
+  DeviceBuffer buf_;
+  int value_ = 0;  // alternates between two byte values
+};
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0, mean_us = 0;
+  int samples = 0;
+};
+
+/// Times `enqueue`, which must enqueue exactly one call of the thing to time on stream `s` and must not
+/// synchronize (if it does, the measurement stays valid but the stream gate times out after 2 s, with a warning on
+/// stderr, and host gaps may enter the samples).
+///  1. `warmup` untimed calls (JIT compilation, first-touch, cuBLASLt kernel loading happen here);
+///  2. a stream gate, then for each of `iters` calls: [L2 flush if flush_l2] record(start_i) enqueue(s) record(stop_i);
+///  3. the gate is released, one cudaEventSynchronize on the last stop event, per-call elapsed times are read.
+/// `flusher`: used when flush_l2 is true; when it is null, a 256 MiB flusher is allocated for this call.
+/// Requires iters >= 1 and warmup >= 0 (else std::invalid_argument). Throws std::runtime_error on CUDA errors
+/// (including an asynchronous fault of the timed work, reported at the final synchronize) and propagates anything
+/// `enqueue` throws, after draining the stream.
+Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int iters = 30, int warmup = 3,
+                   bool flush_l2 = true, L2Flusher* flusher = nullptr);
+
+/// Host overhead: mean wall time (std::chrono::steady_clock), in microseconds, of one call of `enqueue` over `calls`
+/// warm calls. 10 untimed warm-up calls come first. The stream is held by a gate while batches of 64 calls are
+/// enqueued, so the figure is pure host cost (a full launch queue never blocks the host); only the enqueue calls
+/// are inside the timed region. Throws like time_kernel.
+double host_overhead_us(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int calls = 10000);
+
+/// Device-to-device bandwidth in GB/s (1e9 bytes per second): cudaMemcpyAsync of `bytes` between two fresh
+/// buffers, (bytes read + bytes written) / median time of 20 copies (3 warm-up), no L2 flush (the copy is far larger
+/// than L2). Allocates 2 x bytes of device memory for the duration of the call. About 3000 GB/s on an H100 SXM.
+double measure_copy_bandwidth_gbps(size_t bytes = 1ull << 30);
+
+}  // namespace finegemm::tools

@@ -1,0 +1,380 @@
+// The finegemm command-line tool: bench, check, warmup, info.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "finegemm/finegemm.hpp"
+#include "jit/runtime.hpp"
+#include "lib/cublaslt_baseline.hpp"
+#include "lib/device_buffer.hpp"
+#include "lib/gemm_problem.hpp"
+#include "lib/shapes.hpp"
+#include "lib/timing.hpp"
+
+namespace fg = finegemm;
+namespace ft = finegemm::tools;
+
+namespace {
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> flags;
+  bool has(const std::string& f) const { return flags.count(f) != 0; }
+  std::string get(const std::string& f, const std::string& def = "") const {
+    auto it = flags.find(f);
+    return it == flags.end() ? def : it->second;
+  }
+  long get_int(const std::string& f, long def) const {
+    auto it = flags.find(f);
+    return it == flags.end() ? def : std::stol(it->second);
+  }
+};
+
+Args parse_args(int argc, char** argv, int first) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) == 0) {
+      const auto eq = s.find('=');
+      if (eq != std::string::npos) {
+        a.flags[s.substr(2, eq - 2)] = s.substr(eq + 1);
+      } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+        a.flags[s.substr(2)] = argv[++i];
+      } else {
+        a.flags[s.substr(2)] = "1";
+      }
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+int usage() {
+  std::puts(
+      "usage: finegemm <command> [options]\n"
+      "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
+      "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes)\n"
+      "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt]\n"
+      "          correctness sweep over random and awkward shapes; exits 1 on the first failure\n"
+      "  warmup  (--shapes FILE | --n N1,N2 --k K1,K2 [--groups G] [--kind normal]) [--m-range 1:8192]\n"
+      "          [--sms 132] [--jobs J]   compile ahead of time every kernel the heuristic picks (no GPU needed)\n"
+      "  info    print the device, the options and the cache\n");
+  return 2;
+}
+
+bool hopper_or_explain() {
+  std::string why;
+  if (!ft::has_hopper_gpu(&why)) {
+    std::printf("finegemm: no Hopper GPU present (%s): nothing to run on this machine.\n", why.c_str());
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+const char* kind_name(fg::GemmKind k) {
+  return k == fg::GemmKind::kNormal ? "normal" : (k == fg::GemmKind::kGroupedContiguous ? "contiguous" : "masked");
+}
+
+// ---- bench ---------------------------------------------------------------------------------------------------------
+
+int cmd_bench(const Args& args) {
+  if (!hopper_or_explain()) return 0;
+  const std::string shape_file = args.get("shapes", ft::find_data_file("data/shapes/deepseek_v3.csv"));
+  std::vector<ft::ProblemShape> shapes = ft::read_shape_file(shape_file);
+  const std::vector<std::string> kinds = split_list(args.get("kinds", "normal,contiguous,masked"));
+  shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
+                              [&](const ft::ProblemShape& s) {
+                                return std::find(kinds.begin(), kinds.end(), kind_name(s.kind)) == kinds.end();
+                              }),
+               shapes.end());
+  ft::Anchors anchors;
+  anchors.load_normal(ft::find_data_file("data/anchors/h100_normal.csv"));
+  anchors.load_grouped(ft::find_data_file("data/anchors/h100_grouped.csv"));
+  const int iters = int(args.get_int("iters", 30));
+  const bool k_major = args.get("sa", "mn") == "k";
+  const bool sass_ab = args.has("sass-ab");
+  cudaStream_t stream;
+  FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ft::L2Flusher flusher;
+  const double copy_gbps = ft::measure_copy_bandwidth_gbps();
+  cudaDeviceProp prop{};
+  FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 flushed\n",
+              fg::version(), prop.name, fg::get_num_sms(), copy_gbps, k_major ? "K-major" : "MN-major", iters);
+
+  // Compile everything first, in parallel.
+  {
+    std::vector<fg::Problem> problems;
+    for (const auto& s : shapes) problems.push_back(ft::problem_of(s, k_major));
+    const auto t0 = std::chrono::steady_clock::now();
+    const int n = ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("compiled %d kernels in %.1f s (%u threads)\n", n, sec, std::thread::hardware_concurrency());
+  }
+  if (sass_ab) {
+    fg::jit::Runtime::instance().set_sass_pass_enabled(true);
+    std::vector<fg::Problem> problems;
+    for (const auto& s : shapes) problems.push_back(ft::problem_of(s, k_major));
+    ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
+    fg::jit::Runtime::instance().set_sass_pass_enabled(false);
+  }
+
+  std::printf("\n%-10s %6s %6s %6s %6s | %-44s | %8s %7s %6s %5s | %8s %7s | %7s %7s | %s\n", "kind", "G", "M", "N", "K",
+              "config", "us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best", "check");
+  double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
+  int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
+  std::vector<std::string> sass_rows;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const ft::ProblemShape& s = shapes[i];
+    ft::ProblemOptions opt;
+    opt.seed = 1000 + i;
+    ft::GemmProblem problem(s, opt);
+    problem.poison_output(stream);
+    problem.run(k_major, stream);
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const ft::Verdict verdict = ft::check_output(problem, ft::gpu_reference(problem), problem.download_output());
+    if (!verdict.ok) ++failures;
+    const ft::Timing t = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3, true, &flusher);
+    const double tflops = problem.flops() / (t.median_us * 1e-6) / 1e12;
+    const double gbps = problem.min_bytes() / (t.median_us * 1e-6) / 1e9;
+    double cublas_us = 0, cublas_tflops = 0;
+    if (s.kind == fg::GemmKind::kNormal && s.m % 4 == 0) {
+      ft::DeviceBuffer d2(size_t(s.m * s.n * 2));
+      ft::CublasLtBlockFp8 lt(s.m, s.n, s.k, problem.a.get(), problem.sa_mn_major.as<float>(), problem.b.get(),
+                              problem.sb.as<float>(), d2.get());
+      if (lt.supported()) {
+        const ft::Timing tl = ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, true, &flusher);
+        cublas_us = tl.median_us;
+        cublas_tflops = problem.flops() / (cublas_us * 1e-6) / 1e12;
+      }
+    }
+    const double best = anchors.best_tflops(s);
+    const double x_cublas = cublas_tflops > 0 ? tflops / cublas_tflops : 0;
+    const double x_best = best > 0 ? tflops / best : 0;
+    if (x_cublas > 0) {
+      log_cublas += std::log(x_cublas);
+      ++n_cublas;
+      if (s.kind == fg::GemmKind::kNormal) log_cublas_normal += std::log(x_cublas), ++n_cublas_normal;
+    }
+    if (x_best > 0) {
+      log_best += std::log(x_best);
+      ++n_best;
+      if (s.kind == fg::GemmKind::kNormal) log_best_normal += std::log(x_best), ++n_best_normal;
+    }
+    const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
+    std::printf("%-10s %6d %6lld %6lld %6lld | %-44.44s | %8.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f %7.2f | %s\n",
+                kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
+                t.median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops, x_cublas, x_best,
+                verdict.ok ? "ok" : "FAIL");
+    if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
+    std::fflush(stdout);
+    if (sass_ab) {
+      fg::jit::Runtime::instance().set_sass_pass_enabled(true);
+      ft::DeviceBuffer copy_off(problem.d.size());
+      FG_CUDA_CHECK(cudaMemcpy(copy_off.get(), problem.d.get(), problem.d.size(), cudaMemcpyDeviceToDevice));
+      problem.poison_output(stream);
+      problem.run(k_major, stream);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<uint8_t> a_off(problem.d.size()), a_on(problem.d.size());
+      copy_off.download(a_off.data(), a_off.size());
+      problem.d.download(a_on.data(), a_on.size());
+      const bool identical = a_off == a_on;
+      const ft::Timing ton = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3, true, &flusher);
+      fg::jit::Runtime::instance().set_sass_pass_enabled(false);
+      char row[256];
+      std::snprintf(row, sizeof(row), "%-10s %4d %6lld %6lld %6lld | off %8.1f us | on %8.1f us | on/off %.3f | bitwise %s",
+                    kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, t.median_us,
+                    ton.median_us, ton.median_us / t.median_us, identical ? "identical" : "DIFFERENT");
+      sass_rows.push_back(row);
+    }
+  }
+  std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n", n_cublas ? std::exp(log_cublas / n_cublas) : 0.0,
+              n_cublas, n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
+  std::printf("geomean x best anchor: %.3f over %d shapes (dense %.3f over %d)\n", n_best ? std::exp(log_best / n_best) : 0.0,
+              n_best, n_best_normal ? std::exp(log_best_normal / n_best_normal) : 0.0, n_best_normal);
+  if (!sass_rows.empty()) {
+    std::printf("\nSASS FFMA interleave pass, A/B (median of %d, L2 flushed):\n", iters);
+    for (const auto& r : sass_rows) std::printf("%s\n", r.c_str());
+  }
+  std::printf("%d correctness failures\n", failures);
+  FG_CUDA_CHECK(cudaStreamDestroy(stream));
+  return failures == 0 ? 0 : 1;
+}
+
+// ---- check ---------------------------------------------------------------------------------------------------------
+
+int cmd_check(const Args& args) {
+  if (!hopper_or_explain()) return 0;
+  const uint64_t seed = uint64_t(args.get_int("seed", 1));
+  const int cases = int(args.get_int("cases", 40));
+  const bool corrupt = args.has("corrupt");
+  const std::vector<std::string> kinds = split_list(args.get("kinds", "normal,contiguous,masked"));
+  std::mt19937_64 rng(seed);
+  const int64_t ms[] = {1, 7, 63, 64, 65, 128, 129, 255, 256, 1000};
+  const int64_t ns[] = {8, 64, 128, 576, 2112, 4096, 7232};
+  const int64_t ks[] = {16, 128, 576, 2048, 7168};
+  cudaStream_t stream;
+  FG_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (int c = 0; c < cases; ++c) {
+    ft::ProblemShape s;
+    const std::string kind = kinds[size_t(rng() % kinds.size())];
+    s.kind = kind == "normal" ? fg::GemmKind::kNormal
+                              : (kind == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
+    s.m = ms[rng() % std::size(ms)];
+    s.n = ns[rng() % std::size(ns)];
+    s.k = ks[rng() % std::size(ks)];
+    s.groups = s.kind == fg::GemmKind::kNormal ? 1 : int(1 + rng() % 8);
+    const bool k_major = rng() % 2;
+    ft::ProblemOptions opt;
+    opt.seed = seed * 1000 + uint64_t(c);
+    if (s.kind == fg::GemmKind::kGroupedMasked)
+      for (int g = 0; g < s.groups; ++g) opt.masked_m.push_back(int(rng() % (s.m + 1)));
+    ft::GemmProblem problem(s, opt);
+    problem.poison_output(stream);
+    problem.run(k_major, stream);
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> out = problem.download_output();
+    if (corrupt) {
+      // Test hook: flip one valid output element so the checker must fail.
+      for (int64_t r = 0; r < problem.rows(); ++r)
+        if (problem.row_valid(r)) {
+          out[size_t(r * s.n)] ^= 0x4000;
+          break;
+        }
+    }
+    const ft::Verdict v = ft::check_output(problem, ft::gpu_reference(problem), out);
+    std::printf("case %3d  %-40s SA %-8s %s\n", c, s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
+    if (!v.ok) {
+      std::printf("FAILED. Replay: finegemm check --seed %llu --cases %d --kinds %s\n", (unsigned long long)seed, c + 1,
+                  args.get("kinds", "normal,contiguous,masked").c_str());
+      return 1;
+    }
+  }
+  std::printf("%d passed, 0 failed\n", cases);
+  return 0;
+}
+
+// ---- warmup --------------------------------------------------------------------------------------------------------
+
+int cmd_warmup(const Args& args) {
+  std::vector<ft::ProblemShape> shapes;
+  if (args.has("shapes")) {
+    shapes = ft::read_shape_file(args.get("shapes"));
+  } else if (args.has("n") && args.has("k")) {
+    ft::ProblemShape s;
+    const std::string kind = args.get("kind", "normal");
+    s.kind = kind == "normal" ? fg::GemmKind::kNormal
+                              : (kind == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
+    s.groups = int(args.get_int("groups", 1));
+    for (const auto& n : split_list(args.get("n")))
+      for (const auto& k : split_list(args.get("k"))) {
+        s.n = std::stoll(n);
+        s.k = std::stoll(k);
+        shapes.push_back(s);
+      }
+  } else {
+    shapes = ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3.csv"));
+  }
+  int64_t m_lo = 1, m_hi = 8192;
+  if (args.has("m-range")) {
+    const auto r = args.get("m-range");
+    const auto colon = r.find(':');
+    m_lo = std::stoll(r.substr(0, colon));
+    m_hi = std::stoll(r.substr(colon + 1));
+  }
+  const int sms = int(args.get_int("sms", 132));
+  const int jobs = int(args.get_int("jobs", long(std::thread::hardware_concurrency())));
+  // Every M in the range (the heuristic only changes its pick at a few M); both SA layouts.
+  std::vector<fg::Problem> problems;
+  for (const auto& s : shapes) {
+    for (bool k_major : {false, true}) {
+      for (int64_t m = m_lo; m <= m_hi; ++m) {
+        ft::ProblemShape t = s;
+        if (s.kind == fg::GemmKind::kGroupedContiguous) {
+          fg::Problem p = ft::problem_of(t, k_major);
+          p.m = m;  // M_sum
+          problems.push_back(p);
+        } else {
+          t.m = m;
+          problems.push_back(ft::problem_of(t, k_major));
+        }
+      }
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int compiled = ft::precompile_all(problems, sms, jobs);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  uint64_t bytes = 0, files = 0;
+  const std::string dir = fg::cache_dir();
+  if (!dir.empty()) {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); it != std::filesystem::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (it->is_regular_file(ec)) bytes += it->file_size(ec), ++files;
+    }
+  }
+  std::printf("warmup: %zu shapes x M in [%lld, %lld] x 2 SA layouts for %d SMs: %d kernels compiled, %llu already cached, %.1f s on %d jobs; cache %s: %llu files, %.1f MB\n",
+              shapes.size(), (long long)m_lo, (long long)m_hi, sms, compiled,
+              (unsigned long long)fg::jit_stats().disk_hits, sec, jobs, dir.empty() ? "(disabled)" : dir.c_str(),
+              (unsigned long long)files, double(bytes) / 1e6);
+  return 0;
+}
+
+int cmd_info() {
+  std::printf("finegemm %s\noptions: %s\ncache: %s\n", fg::version(),
+              fg::jit::Runtime::instance().options().describe().c_str(),
+              fg::cache_dir().empty() ? "(disabled)" : fg::cache_dir().c_str());
+  std::string why;
+  if (ft::has_hopper_gpu(&why)) {
+    cudaDeviceProp prop{};
+    FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, compute capability %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+  } else {
+    std::printf("device: no Hopper GPU (%s)\n", why.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string cmd = argv[1];
+  const Args args = parse_args(argc, argv, 2);
+  try {
+    if (cmd == "bench") return cmd_bench(args);
+    if (cmd == "check") return cmd_check(args);
+    if (cmd == "warmup") return cmd_warmup(args);
+    if (cmd == "info") return cmd_info();
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      usage();
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return usage();
+}
