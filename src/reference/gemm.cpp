@@ -29,8 +29,9 @@ constexpr int kTileN = 64;  // divides kBlockN, so every tile lies in a single w
 static_assert(kBlockN % kTileN == 0);
 
 // S[i, j] = sum_k a[i, k] * b[j, k] (and the same over |a*b|) for a kTileM x kBlockK block of A and a kTileN x kBlockK
-// block of B, both row-major with row length kBlockK. s and s_abs are [kTileM, kTileN]; s_abs may be null.
-using BlockSumsFn = void (*)(const double* a, const double* b, double* s, double* s_abs);
+// block of B, both row-major with row length kBlockK and zero-padded. s and s_abs are [kTileM, kTileN]; s_abs may be
+// null. Only rows i < num_rows and columns j < num_cols are needed (more may be written, up to the register blocks).
+using BlockSumsFn = void (*)(const double* a, const double* b, int num_rows, int num_cols, double* s, double* s_abs);
 
 // fp64 vectors of kWidth lanes (GCC/Clang vector extensions) and their bit patterns.
 template <int kWidth>
@@ -98,33 +99,33 @@ inline __attribute__((always_inline)) void register_block(const double* a, const
 // The whole tile, in register blocks. The accumulators (twice as many with the absolute sums) and the kRegM + kRegN
 // operand vectors must fit in the 16 vector registers.
 template <int kWidth, int kRegM, int kRegN, bool kWithAbs>
-inline __attribute__((always_inline)) void block_sums_impl(const double* a, const double* b, double* s,
-                                                           double* s_abs) {
+inline __attribute__((always_inline)) void block_sums_impl(const double* a, const double* b, int num_rows,
+                                                           int num_cols, double* s, double* s_abs) {
   static_assert(kTileM % kRegM == 0 && kTileN % kRegN == 0);
-  for (int i = 0; i < kTileM; i += kRegM)
-    for (int j = 0; j < kTileN; j += kRegN)
+  for (int i = 0; i < num_rows; i += kRegM)
+    for (int j = 0; j < num_cols; j += kRegN)
       register_block<kWidth, kRegM, kRegN, kWithAbs>(a + i * kBlockK, b + j * kBlockK, s + i * kTileN + j,
                                                       kWithAbs ? s_abs + i * kTileN + j : nullptr);
 }
 
 // Register blocks measured best on 2-core AMD EPYC (AVX2): 2x4 for the sums alone, 2x2 with the absolute sums.
 template <int kWidth>
-inline __attribute__((always_inline)) void block_sums_dispatch(const double* a, const double* b, double* s,
-                                                               double* s_abs) {
+inline __attribute__((always_inline)) void block_sums_dispatch(const double* a, const double* b, int num_rows,
+                                                               int num_cols, double* s, double* s_abs) {
   if (s_abs != nullptr)
-    block_sums_impl<kWidth, 2, 2, true>(a, b, s, s_abs);
+    block_sums_impl<kWidth, 2, 2, true>(a, b, num_rows, num_cols, s, s_abs);
   else
-    block_sums_impl<kWidth, 2, 4, false>(a, b, s, nullptr);
+    block_sums_impl<kWidth, 2, 4, false>(a, b, num_rows, num_cols, s, nullptr);
 }
 
-void block_sums_baseline(const double* a, const double* b, double* s, double* s_abs) {
-  block_sums_dispatch<2>(a, b, s, s_abs);
+void block_sums_baseline(const double* a, const double* b, int num_rows, int num_cols, double* s, double* s_abs) {
+  block_sums_dispatch<2>(a, b, num_rows, num_cols, s, s_abs);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) void block_sums_avx2(const double* a, const double* b, double* s,
-                                                         double* s_abs) {
-  block_sums_dispatch<4>(a, b, s, s_abs);
+__attribute__((target("avx2,fma"))) void block_sums_avx2(const double* a, const double* b, int num_rows,
+                                                         int num_cols, double* s, double* s_abs) {
+  block_sums_dispatch<4>(a, b, num_rows, num_cols, s, s_abs);
 }
 #endif
 
@@ -153,7 +154,7 @@ struct Workspace {
   std::vector<double> s_abs = std::vector<double>(kTileM * kTileN);     // (kTileM, kTileN)
 };
 
-// Decodes rows [0, num_rows) x K block kb of an fp8 matrix (row stride ld) into out (kTileRows, kBlockK), zero-padded.
+// Decodes rows [0, num_rows) x K block kb of an fp8 matrix (row stride ld) into out (tile_rows, kBlockK), zero-padded.
 void decode_block(const uint8_t* codes, int64_t ld, int64_t num_rows, int64_t kb, int64_t k, const double* table,
                   int tile_rows, double* out) {
   const int64_t k0 = kb * kBlockK;
@@ -176,7 +177,8 @@ void run_tile(const Problem& p, int64_t tile_m, int64_t tile_n, const double* ta
   for (int64_t kb = 0; kb < p.num_k_blocks; ++kb) {
     decode_block(p.a + m0 * p.lda, p.lda, rows, kb, p.k, table, kTileM, ws.a_block.data());
     decode_block(p.b + n0 * p.k, p.k, cols, kb, p.k, table, kTileN, ws.b_block.data());
-    block_sums(ws.a_block.data(), ws.b_block.data(), ws.s.data(), with_abs ? ws.s_abs.data() : nullptr);
+    block_sums(ws.a_block.data(), ws.b_block.data(), static_cast<int>(rows), static_cast<int>(cols), ws.s.data(),
+               with_abs ? ws.s_abs.data() : nullptr);
     const double sb = p.sb[n_block * p.num_k_blocks + kb];
     for (int64_t i = 0; i < rows; ++i) {
       // SA * SB is exact in fp64 (two 24-bit significands).

@@ -83,7 +83,7 @@ std::vector<float> scales_from_mn_major(const std::vector<float>& mn_major, int6
 
 // Fills `out` (at its current size) with fp8 codes drawn uniformly from the 254 finite codes (never 0x7F / 0xFF).
 void fill_random_fp8(std::vector<uint8_t>& out, uint64_t seed);
-// Fills `out` (at its current size) with scales log-uniform over [2^lo_exp, 2^hi_exp).
+// Fills `out` (at its current size) with scales log-uniform over [2^lo_exp, 2^hi_exp]; -126 <= lo_exp <= hi_exp <= 127.
 void fill_random_scales(std::vector<float>& out, uint64_t seed, int lo_exp = -10, int hi_exp = 10);
 // Fills `out` (at its current size) with normally distributed floats (mean 0, standard deviation `stddev`).
 void fill_random_normal(std::vector<float>& out, uint64_t seed, float stddev = 1.0f);

@@ -611,7 +611,8 @@ TEST(ReferenceCheck, FailsOnOneWrongElement) {
   CheckFixture g = make_check_fixture();
   const uint16_t rounded = double_to_bf16(g.ref[idx]);
   const bool rounded_down = std::fabs(bf16_to_float(rounded)) <= std::fabs(g.ref[idx]);
-  g.out[idx] = static_cast<uint16_t>(rounded_down ? rounded - 1 : rounded + 1);  // sign-magnitude: one ulp smaller/larger
+  // Sign-magnitude codes: -1 is one ulp smaller in magnitude, +1 one ulp larger.
+  g.out[idx] = static_cast<uint16_t>(rounded_down ? rounded - 1 : rounded + 1);
   const double err = std::fabs(bf16_to_float(g.out[idx]) - g.ref[idx]);
   ASSERT_GT(err, 0x1p-8 * std::fabs(g.ref[idx]) + 0x1p-20 * g.abs_sum[idx]) << "the test's premise";
   const CheckResult r_ulp = check_bf16_output(g.out.data(), g.n, g.ref.data(), g.abs_sum.data(), g.m, g.n);

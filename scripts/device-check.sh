@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One command on a Hopper GPU host: configure, build with all cores, run every GPU test, the sanitizers on the
+# reduced set, and the benchmark; logs and a summary land in the output directory.
+#   scripts/device-check.sh [OUT_DIR]      (default: $OUT, else ./device-check-out)
+# Needs the CUDA toolkit and CMake. GoogleTest: installed, or sources in third_party/googletest
+# (cp -r /usr/src/googletest third_party/ on a Debian machine), or -DFINEGEMM_GTEST_SOURCE_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-${OUT:-device-check-out}}
+mkdir -p "$OUT_DIR"
+JOBS=$(nproc)
+BUILD=build-device
+export FINEGEMM_CACHE_DIR=${FINEGEMM_CACHE_DIR:-$PWD/$BUILD/jit-cache}
+export PATH="$PATH:/usr/local/cuda/bin"
+summary() { echo "$*" | tee -a "$OUT_DIR/summary.txt"; }
+: > "$OUT_DIR/summary.txt"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv > "$OUT_DIR/gpu.txt" 2>&1
+summary "gpu: $(tail -n 1 "$OUT_DIR/gpu.txt")"
+
+start=$(date +%s)
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release > "$OUT_DIR/configure.log" 2>&1 &&
+  cmake --build "$BUILD" -j "$JOBS" > "$OUT_DIR/build.log" 2>&1
+rc=$?
+summary "build: rc=$rc in $(( $(date +%s) - start )) s"
+[ $rc -eq 0 ] || { tail -n 40 "$OUT_DIR/build.log"; exit 1; }
+
+run_step() {  # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUT_DIR/$name.log" 2>&1
+  local rc=$?
+  summary "$name: rc=$rc in $(( $(date +%s) - t0 )) s"
+  return $rc
+}
+
+run_step gpu-tests 300 "$BUILD/tests/finegemm_gpu_tests" --gtest_color=no
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[overhead\]|^\[padding\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
+
+if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
+  run_step bench 240 "$BUILD/finegemm" bench ${FINEGEMM_BENCH_ARGS:-}
+  sed -n '/^kind /,$p' "$OUT_DIR/bench.log" >> "$OUT_DIR/summary.txt"
+fi
+
+if [ "${FINEGEMM_SKIP_SANITIZERS:-0}" != 1 ]; then
+  scripts/sanitize.sh "$BUILD" "$OUT_DIR" | tee -a "$OUT_DIR/summary.txt"
+fi
+cat "$OUT_DIR/summary.txt" > /dev/null

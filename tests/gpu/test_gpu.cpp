@@ -1,0 +1,372 @@
+// GPU tests: need a Hopper GPU. Without one every test reports SKIPPED (loudly), never passed.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "finegemm/finegemm.hpp"
+#include "jit/driver.hpp"
+#include "jit/runtime.hpp"
+#include "lib/device_buffer.hpp"
+#include "lib/gemm_problem.hpp"
+#include "lib/shapes.hpp"
+#include "lib/timing.hpp"
+
+namespace fg = finegemm;
+namespace ft = finegemm::tools;
+using fg::GemmKind;
+
+namespace {
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!ft::has_hopper_gpu(&why)) {
+      std::fprintf(stderr, "\n*** SKIPPED: GPU test needs a Hopper GPU: %s ***\n\n", why.c_str());
+      GTEST_SKIP() << "no Hopper GPU: " << why;
+    }
+    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  /// Runs `problem` with poisoned output and checks it; returns the verdict.
+  ft::Verdict run_and_check(ft::GemmProblem& problem, bool k_major) {
+    problem.poison_output(stream_);
+    problem.run(k_major, stream_);
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return ft::check_output(problem, ft::gpu_reference(problem), problem.download_output());
+  }
+
+  void precompile(const std::vector<ft::ProblemShape>& shapes) {
+    std::vector<fg::Problem> problems;
+    for (const auto& s : shapes)
+      for (bool k_major : {false, true}) problems.push_back(ft::problem_of(s, k_major));
+    ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
+  }
+
+  cudaStream_t stream_ = nullptr;
+};
+
+ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t k) {
+  ft::ProblemShape s;
+  s.kind = kind;
+  s.groups = groups;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  return s;
+}
+
+}  // namespace
+
+TEST_F(Gpu, JitKernelWithClusterAndLargeSharedMemory) {
+  char dir[] = "/tmp/finegemm-jit-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  fg::jit::Options options;
+  options.cache_dir = dir;
+  fg::jit::KernelSpec spec{"finegemm/device/kernels/jit_smoke.cuh", "finegemm::device::jit_smoke_kernel<16384u>",
+                           "(float*, const float*)", false};
+  auto t0 = std::chrono::steady_clock::now();
+  fg::jit::Runtime cold(options);
+  auto binary = cold.binary(spec);
+  const double cold_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(binary->compiled);
+  t0 = std::chrono::steady_clock::now();
+  fg::jit::Runtime warm(options);
+  auto again = warm.binary(spec);
+  const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(again->compiled);
+  std::printf("[jit] cold NVRTC compile of the smoke kernel: %.3f s; warm load from the disk cache: %.3f ms\n", cold_s,
+              warm_s * 1e3);
+
+  constexpr int kFloats = 16384, kBlocks = 8;  // 64 KB of dynamic shared memory per CTA
+  warm.current_device();
+  const CUfunction fn = warm.function(*again);
+  std::vector<float> in(size_t(kFloats * kBlocks));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = float(i % 977) * 0.5f;
+  ft::DeviceBuffer d_in(in.size() * 4), d_out(in.size() * 4);
+  d_in.upload(in.data(), in.size() * 4);
+  float* out_ptr = d_out.as<float>();
+  const float* in_ptr = d_in.as<float>();
+  void* params[] = {&out_ptr, &in_ptr};
+  CUlaunchConfig config{};
+  config.gridDimX = kBlocks;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 128;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = kFloats * 4;
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = 2;
+  attr.value.clusterDim.y = attr.value.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  fg::jit::check_cu(fg::jit::driver().cuLaunchKernelEx(&config, fn, params, nullptr), "smoke launch");
+  FG_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out(in.size());
+  d_out.download(out.data(), out.size() * 4);
+  for (int b = 0; b < kBlocks; ++b)
+    for (int i = 0; i < kFloats; ++i) {
+      const size_t idx = size_t(b * kFloats + i), peer = size_t((b ^ 1) * kFloats + i);
+      ASSERT_EQ(out[idx], in[idx] * 2.0f + in[peer]) << "block " << b << " element " << i;
+    }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(Gpu, DenseSeedShapes) {
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& s : ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3.csv")))
+    if (s.kind == GemmKind::kNormal) shapes.push_back(s);
+  ASSERT_EQ(shapes.size(), 18u);
+  precompile(shapes);
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(100 + i++);
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[dense] %-36s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << "\n" << v.summary;
+    }
+}
+
+TEST_F(Gpu, DenseAwkwardShapes) {
+  std::vector<ft::ProblemShape> shapes;
+  for (int64_t m : {1, 7, 63, 65, 129, 255, 4097})
+    for (int64_t n : {576, 2112, 7232})
+      for (int64_t k : {128, 576, 7168}) shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
+  precompile(shapes);
+  int i = 0, failures = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(500 + i++);
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      if (!v.ok) ++failures;
+      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << "\n" << v.summary;
+    }
+  std::printf("[dense-awkward] %zu cases, %d failures\n", shapes.size() * 2, failures);
+}
+
+TEST_F(Gpu, GroupedContiguous) {
+  struct Case {
+    int groups;
+    int64_t expected, n, k;
+  };
+  const Case cases[] = {{1, 300, 2112, 576}, {2, 700, 576, 7168}, {8, 256, 4096, 2048}, {32, 130, 2112, 576}, {256, 40, 576, 512}};
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(shape(GemmKind::kGroupedContiguous, c.groups, c.expected, c.n, c.k));
+  shapes.push_back(shape(GemmKind::kGroupedContiguous, 4, 8192, 4096, 7168));  // a seed shape, full size
+  precompile(shapes);
+  std::mt19937 rng(7);
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(900 + i++);
+      // Random counts around the expected value, with some empty experts.
+      for (int e = 0; e < s.groups; ++e) {
+        std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
+        opt.expert_rows.push_back(s.groups > 1 && e % 5 == 1 ? 0 : int(dist(rng)));
+      }
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[contiguous] %-40s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+    }
+}
+
+TEST_F(Gpu, GroupedMasked) {
+  struct Case {
+    int groups;
+    int64_t m_max, n, k;
+  };
+  const Case cases[] = {{1, 256, 4096, 7168}, {2, 128, 2112, 576}, {8, 256, 576, 2048}, {32, 96, 2112, 512}, {256, 65, 576, 256}};
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(shape(GemmKind::kGroupedMasked, c.groups, c.m_max, c.n, c.k));
+  precompile(shapes);
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(1300 + i++);
+      const int64_t values[] = {0, 1, 63, 64, 65, s.m};
+      for (int g = 0; g < s.groups; ++g) opt.masked_m.push_back(int(std::min<int64_t>(values[(g + i) % 6], s.m)));
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[masked] %-40s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+    }
+}
+
+TEST_F(Gpu, MaskedGraphReplayWithNewCounts) {
+  const auto s = shape(GemmKind::kGroupedMasked, 4, 256, 2112, 2048);
+  ft::ProblemOptions opt;
+  opt.seed = 77;
+  ft::GemmProblem p(s, opt);
+  p.run(false, stream_);  // compile and build the plan outside the capture
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  p.run(false, stream_);
+  FG_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const std::vector<std::vector<int32_t>> counts = {{256, 0, 17, 200}, {1, 255, 64, 65}, {0, 0, 0, 129}};
+  for (const auto& c : counts) {
+    p.set_layout(c, stream_);
+    p.poison_output(stream_);
+    FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), p.download_output());
+    EXPECT_TRUE(v.ok) << "masked_m {" << c[0] << "," << c[1] << "," << c[2] << "," << c[3] << "}: " << v.summary;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST_F(Gpu, ContiguousGraphReplayWithNewIndices) {
+  const auto s = shape(GemmKind::kGroupedContiguous, 4, 512, 2112, 2048);
+  ft::ProblemOptions opt;
+  opt.seed = 78;
+  opt.expert_rows = {512, 512, 512, 512};  // worst case M_sum = 2048
+  ft::GemmProblem p(s, opt);
+  p.run(true, stream_);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  FG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  p.run(true, stream_);
+  FG_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const std::vector<std::vector<int>> splits = {{100, 0, 300, 512}, {0, 0, 0, 1}, {512, 512, 512, 512}};
+  for (const auto& split : splits) {
+    std::vector<int32_t> idx;
+    for (int e = 0; e < 4; ++e) {
+      const int padded = (split[size_t(e)] + 127) / 128 * 128;
+      for (int r = 0; r < padded; ++r) idx.push_back(r < split[size_t(e)] ? e : -1);
+    }
+    idx.resize(2048, -1);
+    p.set_layout(idx, stream_);
+    p.poison_output(stream_);
+    FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), p.download_output());
+    EXPECT_TRUE(v.ok) << v.summary;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST_F(Gpu, DeterministicAcrossRuns) {
+  const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 4096, 7168, 2048), shape(GemmKind::kNormal, 1, 64, 2112, 7168),
+                                     shape(GemmKind::kGroupedContiguous, 4, 1000, 4096, 2048),
+                                     shape(GemmKind::kGroupedMasked, 4, 256, 7168, 2048)};
+  for (const auto& s : shapes) {
+    ft::ProblemOptions opt;
+    opt.seed = 5;
+    ft::GemmProblem p(s, opt);
+    p.run(false, stream_);
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<uint16_t> first = p.download_output();
+    for (int run = 1; run < 10; ++run) {
+      p.poison_output(stream_);
+      p.run(false, stream_);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      ASSERT_TRUE(p.download_output() == first) << s.describe() << " differs on run " << run;
+    }
+  }
+}
+
+TEST_F(Gpu, ContiguousPaddingCostsNearlyNothing) {
+  // 8 experts with 10% real rows inside 4096-row segments, against the same rows packed tightly.
+  const int experts = 8;
+  std::vector<int> real(experts, 410);
+  const auto padded_shape = shape(GemmKind::kGroupedContiguous, experts, 4096, 4096, 7168);
+  ft::ProblemOptions padded_opt;
+  padded_opt.seed = 9;
+  std::vector<int32_t> idx;
+  for (int e = 0; e < experts; ++e)
+    for (int r = 0; r < 4096; ++r) idx.push_back(r < real[size_t(e)] ? e : -1);
+  padded_opt.expert_rows.assign(experts, 4096);
+  ft::GemmProblem wide(padded_shape, padded_opt);
+  wide.set_layout(idx, stream_);
+  ft::ProblemOptions tight_opt = padded_opt;
+  tight_opt.expert_rows = real;
+  ft::GemmProblem tight(padded_shape, tight_opt);
+  const ft::Verdict v = run_and_check(wide, false);
+  EXPECT_TRUE(v.ok) << v.summary;
+  ft::L2Flusher flusher;
+  const double t_wide = ft::time_kernel([&](cudaStream_t s) { wide.run(false, s); }, stream_, 30, 3, true, &flusher).median_us;
+  const double t_tight = ft::time_kernel([&](cudaStream_t s) { tight.run(false, s); }, stream_, 30, 3, true, &flusher).median_us;
+  std::printf("[padding] 10%% valid rows: %.1f us; the same rows packed: %.1f us; ratio %.3f\n", t_wide, t_tight, t_wide / t_tight);
+  EXPECT_LE(t_wide, 1.3 * t_tight);
+}
+
+TEST_F(Gpu, DeviceSideBadDataIsSkippedAndFlagged) {
+  fg::reset_device_error_flags();
+  {
+    const auto s = shape(GemmKind::kGroupedContiguous, 2, 128, 576, 256);
+    ft::ProblemOptions opt;
+    opt.seed = 11;
+    opt.expert_rows = {128, 128};
+    ft::GemmProblem p(s, opt);
+    std::vector<int32_t> idx = p.layout();
+    for (int r = 128; r < 256; ++r) idx[size_t(r)] = 9;  // expert 9 of 2: out of range
+    p.set_layout(idx, stream_);
+    const ft::Verdict v = run_and_check(p, false);  // rows with id 9 count as invalid: must stay untouched
+    EXPECT_TRUE(v.ok) << v.summary;
+    EXPECT_EQ(fg::device_error_flags() & fg::kDeviceErrorExpertIdOutOfRange, uint32_t(fg::kDeviceErrorExpertIdOutOfRange));
+  }
+  fg::reset_device_error_flags();
+  {
+    const auto s = shape(GemmKind::kGroupedMasked, 2, 64, 576, 256);
+    ft::ProblemOptions opt;
+    opt.seed = 12;
+    ft::GemmProblem p(s, opt);
+    p.set_layout({1000, 3}, stream_);  // 1000 > M_max = 64: clamped
+    const ft::Verdict v = run_and_check(p, false);
+    EXPECT_TRUE(v.ok) << v.summary;
+    EXPECT_EQ(fg::device_error_flags() & fg::kDeviceErrorMaskedMTooLarge, uint32_t(fg::kDeviceErrorMaskedMTooLarge));
+  }
+  fg::reset_device_error_flags();
+  EXPECT_EQ(fg::device_error_flags(), 0u);
+}
+
+TEST_F(Gpu, HostOverheadOfAWarmCall) {
+  const auto s = shape(GemmKind::kNormal, 1, 64, 7168, 2048);
+  ft::ProblemOptions opt;
+  ft::GemmProblem p(s, opt);
+  p.run(false, stream_);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const double us = ft::host_overhead_us([&](cudaStream_t st) { p.run(false, st); }, stream_, 10000);
+  std::printf("[overhead] warm gemm_fp8_fp8_bf16_nt at M=64: %.2f us per call (10000 calls)\n", us);
+  EXPECT_LE(us, 5.0);
+}
+
+TEST_F(Gpu, SanitizerSmallCases) {
+  // The reduced set the sanitizer script runs: one small and one larger dense case, one contiguous, one masked.
+  const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
+                                     shape(GemmKind::kGroupedContiguous, 3, 100, 576, 256),
+                                     shape(GemmKind::kGroupedMasked, 3, 130, 576, 256)};
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(40 + i++);
+      if (s.kind == GemmKind::kGroupedMasked) opt.masked_m = {130, 0, 65};
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+    }
+}
