@@ -169,8 +169,9 @@ void launch(const LaunchPlan& plan, Stream stream) {
   attr.value.clusterDim.x = uint32_t(cfg.cluster_size);
   attr.value.clusterDim.y = 1;
   attr.value.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
+  // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
+  config.attrs = cfg.cluster_size > 1 ? &attr : nullptr;
+  config.numAttrs = cfg.cluster_size > 1 ? 1 : 0;
   void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }

@@ -16,24 +16,27 @@ constexpr int kMaxGroups = 1 << 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-void expect(bool ok, const char* fn, const std::string& message) {
-  check(ok, Error::Kind::kInvalidArgument, fn, message);
-}
+// The message is built only when the check fails: a warm call must not format strings.
+#define FG_EXPECT(cond, fn, message)                                                       \
+  do {                                                                                     \
+    if (!(cond)) [[unlikely]]                                                              \
+      throw Error(Error::Kind::kInvalidArgument, fn, message);                             \
+  } while (0)
 
 void expect_tensor(const TensorView& t, const char* fn, const char* name, DType dtype, int rank) {
-  check(t.dtype == dtype, Error::Kind::kTypeMismatch, fn,
-        detail::concat(name, " must be ", dtype_name(dtype), ", got ", t.describe()));
-  expect(t.rank == rank, fn, detail::concat(name, " must have rank ", rank, ", got ", t.describe()));
+  if (t.dtype != dtype) [[unlikely]]
+    throw Error(Error::Kind::kTypeMismatch, fn, detail::concat(name, " must be ", dtype_name(dtype), ", got ", t.describe()));
+  FG_EXPECT(t.rank == rank, fn, detail::concat(name, " must have rank ", rank, ", got ", t.describe()));
   for (int d = 0; d < rank; ++d) {
-    expect(t.shape[d] >= 0 && t.shape[d] <= kMaxDim, fn,
+    FG_EXPECT(t.shape[d] >= 0 && t.shape[d] <= kMaxDim, fn,
            detail::concat(name, " has an invalid size in dimension ", d, ": ", t.describe()));
-    expect(t.strides[d] >= 0, fn, detail::concat(name, " has a negative stride: ", t.describe()));
+    FG_EXPECT(t.strides[d] >= 0, fn, detail::concat(name, " has a negative stride: ", t.describe()));
   }
-  if (t.numel() > 0) expect(t.data != nullptr, fn, detail::concat(name, " is a null pointer"));
+  if (t.numel() > 0) FG_EXPECT(t.data != nullptr, fn, detail::concat(name, " is a null pointer"));
 }
 
 void expect_aligned(const void* ptr, int bytes, const char* fn, const char* name) {
-  expect(reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0, fn,
+  FG_EXPECT(reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0, fn,
          detail::concat(name, " must be ", bytes, "-byte aligned (TMA rule), got address ", ptr));
 }
 
@@ -41,7 +44,7 @@ void expect_dims(const TensorView& t, std::initializer_list<int64_t> dims, const
                  const char* expected) {
   int d = 0;
   for (int64_t want : dims) {
-    expect(t.shape[d] == want, fn,
+    FG_EXPECT(t.shape[d] == want, fn,
            detail::concat(name, " must have shape ", expected, ", got ", t.describe(), " (dimension ", d, " should be ",
                           want, ")"));
     ++d;
@@ -49,19 +52,19 @@ void expect_dims(const TensorView& t, std::initializer_list<int64_t> dims, const
 }
 
 void check_n_k(int64_t n, int64_t k, const char* fn) {
-  expect(n > 0 && n % 8 == 0, fn,
+  FG_EXPECT(n > 0 && n % 8 == 0, fn,
          detail::concat("N must be a positive multiple of 8 (16-byte row stride of the bf16 output), got N=", n));
-  expect(k > 0 && k % 16 == 0, fn,
+  FG_EXPECT(k > 0 && k % 16 == 0, fn,
          detail::concat("K must be a positive multiple of 16 (16-byte row stride of the fp8 inputs), got K=", k));
 }
 
 /// A row-major fp8 matrix view [rows, K] (last dim contiguous, row stride a multiple of 16 bytes).
 int64_t fp8_row_stride(const TensorView& t, int dim, const char* fn, const char* name) {
-  expect(t.strides[dim + 1] == 1, fn, detail::concat(name, " must be K-contiguous (last stride 1), got ", t.describe()));
+  FG_EXPECT(t.strides[dim + 1] == 1, fn, detail::concat(name, " must be K-contiguous (last stride 1), got ", t.describe()));
   const int64_t stride = t.strides[dim];
-  expect(stride >= t.shape[dim + 1] || t.shape[dim] <= 1, fn,
+  FG_EXPECT(stride >= t.shape[dim + 1] || t.shape[dim] <= 1, fn,
          detail::concat(name, " rows overlap: row stride < K in ", t.describe()));
-  expect(stride % 16 == 0, fn,
+  FG_EXPECT(stride % 16 == 0, fn,
          detail::concat(name, " row stride must be a multiple of 16 bytes (TMA rule), got ", stride, " in ",
                         t.describe()));
   return stride;
@@ -88,11 +91,11 @@ void check_sb(const TensorView& sb, int groups, int64_t nb, int64_t kb, const ch
   expect_tensor(sb, fn, "SB", DType::kFloat32, grouped ? 3 : 2);
   if (grouped) {
     expect_dims(sb, {groups, nb, kb}, fn, "SB", "[G, ceil(N/128), ceil(K/128)]");
-    expect(sb.strides[2] == 1 && sb.strides[1] == kb && sb.strides[0] == nb * kb, fn,
+    FG_EXPECT(sb.strides[2] == 1 && sb.strides[1] == kb && sb.strides[0] == nb * kb, fn,
            detail::concat("SB must be contiguous, got ", sb.describe()));
   } else {
     expect_dims(sb, {nb, kb}, fn, "SB", "[ceil(N/128), ceil(K/128)]");
-    expect(sb.strides[1] == 1 && sb.strides[0] == kb, fn, detail::concat("SB must be contiguous, got ", sb.describe()));
+    FG_EXPECT(sb.strides[1] == 1 && sb.strides[0] == kb, fn, detail::concat("SB must be contiguous, got ", sb.describe()));
   }
   expect_aligned(sb.data, 4, fn, "SB");
 }
@@ -100,8 +103,8 @@ void check_sb(const TensorView& sb, int groups, int64_t nb, int64_t kb, const ch
 void check_d_2d(const TensorView& d, int64_t rows, int64_t n, const char* fn, int64_t* ld_d) {
   expect_tensor(d, fn, "D", DType::kBFloat16, 2);
   expect_dims(d, {rows, n}, fn, "D", "[M, N]");
-  expect(d.strides[1] == 1, fn, detail::concat("D must be N-contiguous (last stride 1), got ", d.describe()));
-  expect(d.strides[0] >= n && d.strides[0] % 8 == 0, fn,
+  FG_EXPECT(d.strides[1] == 1, fn, detail::concat("D must be N-contiguous (last stride 1), got ", d.describe()));
+  FG_EXPECT(d.strides[0] >= n && d.strides[0] % 8 == 0, fn,
          detail::concat("D row stride must be >= N and a multiple of 8 elements (16 bytes), got ", d.describe()));
   expect_aligned(d.data, 16, fn, "D");
   *ld_d = d.strides[0];
@@ -112,11 +115,11 @@ void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, c
   *groups = int(b.shape[0]);
   *n = b.shape[1];
   *k = b.shape[2];
-  expect(*groups >= 1 && *groups <= kMaxGroups, fn,
+  FG_EXPECT(*groups >= 1 && *groups <= kMaxGroups, fn,
          detail::concat("B must hold 1..", kMaxGroups, " groups, got ", b.describe()));
-  expect(b.strides[2] == 1 && b.strides[1] == *k && b.strides[0] == *n * *k, fn,
+  FG_EXPECT(b.strides[2] == 1 && b.strides[1] == *k && b.strides[0] == *n * *k, fn,
          detail::concat("B [G, N, K] must be contiguous, got ", b.describe()));
-  expect(*n * *groups <= kMaxDim, fn, "G * N exceeds 2^31 - 1");
+  FG_EXPECT(*n * *groups <= kMaxDim, fn, "G * N exceeds 2^31 - 1");
   expect_aligned(b.data, 16, fn, "B");
 }
 
@@ -124,12 +127,12 @@ void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, c
 
 void check_problem(const Problem& p) {
   const char* fn = "is_supported";
-  expect(p.m >= 0 && p.m <= kMaxDim, fn, detail::concat("M must be in [0, 2^31), got M=", p.m));
+  FG_EXPECT(p.m >= 0 && p.m <= kMaxDim, fn, detail::concat("M must be in [0, 2^31), got M=", p.m));
   check_n_k(p.n, p.k, fn);
-  expect(p.num_groups >= 1 && p.num_groups <= kMaxGroups, fn,
+  FG_EXPECT(p.num_groups >= 1 && p.num_groups <= kMaxGroups, fn,
          detail::concat("the number of groups must be in [1, ", kMaxGroups, "], got ", p.num_groups));
   if (p.kind == GemmKind::kGroupedMasked) {
-    expect(p.m >= 1, fn, detail::concat("expected_m must be >= 1, got ", p.m));
+    FG_EXPECT(p.m >= 1, fn, detail::concat("expected_m must be >= 1, got ", p.m));
   }
 }
 
@@ -144,11 +147,11 @@ GemmCall validate_normal(const TensorView& a, const TensorView& sa, const Tensor
   c.rows = c.a_rows = a.shape[0];
   c.k = a.shape[1];
   c.n = b.shape[0];
-  expect(b.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
+  FG_EXPECT(b.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
   check_n_k(c.n, c.k, fn);
   const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
   c.lda = fp8_row_stride(a, 0, fn, "A");
-  expect(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
+  FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
   expect_dims(sa, {c.rows, kb}, fn, "SA", "[M, ceil(K/128)]");
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
   check_sb(sb, 1, nb, kb, fn, false);
@@ -174,7 +177,7 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
   c.kind = GemmKind::kGroupedContiguous;
   check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
   c.rows = c.a_rows = a.shape[0];
-  expect(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
+  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
   check_n_k(c.n, c.k, fn);
   const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
   c.lda = fp8_row_stride(a, 0, fn, "A");
@@ -182,7 +185,7 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
   check_sb(sb, c.num_groups, nb, kb, fn, true);
   check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
-  expect(m_indices.shape[0] == c.rows && m_indices.strides[0] == 1, fn,
+  FG_EXPECT(m_indices.shape[0] == c.rows && m_indices.strides[0] == 1, fn,
          detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
                         m_indices.describe()));
   expect_aligned(a.data, 16, fn, "A");
@@ -208,36 +211,36 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   c.kind = GemmKind::kGroupedMasked;
   check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
   check_n_k(c.n, c.k, fn);
-  expect(expected_m > 0, fn, detail::concat("expected_m must be > 0 (a hint of the typical rows per group), got ",
+  FG_EXPECT(expected_m > 0, fn, detail::concat("expected_m must be > 0 (a hint of the typical rows per group), got ",
                                             expected_m));
   const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
   expect_dims(a, {c.num_groups, a.shape[1], c.k}, fn, "A", "[G, M_max, K]");
   c.rows = a.shape[1];
   c.a_rows = c.rows * c.num_groups;
-  expect(c.a_rows <= kMaxDim, fn, "G * M_max exceeds 2^31 - 1");
+  FG_EXPECT(c.a_rows <= kMaxDim, fn, "G * M_max exceeds 2^31 - 1");
   c.expected_m = expected_m;
   c.lda = fp8_row_stride(a, 1, fn, "A");
-  expect(a.strides[0] == c.rows * a.strides[1], fn,
+  FG_EXPECT(a.strides[0] == c.rows * a.strides[1], fn,
          detail::concat("A groups must be back to back (stride[0] == M_max * stride[1]), got ", a.describe()));
   expect_dims(sa, {c.num_groups, c.rows, kb}, fn, "SA", "[G, M_max, ceil(K/128)]");
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
   if (c.sa_k_major) {
-    expect(sa.strides[0] == c.rows * sa.strides[1], fn,
+    FG_EXPECT(sa.strides[0] == c.rows * sa.strides[1], fn,
            detail::concat("K-major SA groups must be back to back (stride[0] == M_max * stride[1]), got ",
                           sa.describe()));
   } else {
-    expect(sa.strides[0] == kb * sa.strides[2], fn,
+    FG_EXPECT(sa.strides[0] == kb * sa.strides[2], fn,
            detail::concat("MN-major SA groups must be back to back (stride[0] == KB * M_pad), got ", sa.describe()));
   }
   check_sb(sb, c.num_groups, nb, kb, fn, true);
   expect_dims(d, {c.num_groups, c.rows, c.n}, fn, "D", "[G, M_max, N]");
-  expect(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 && d.strides[0] == c.rows * d.strides[1],
+  FG_EXPECT(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 && d.strides[0] == c.rows * d.strides[1],
          fn,
          detail::concat("D must be [G, M_max, N] with N-contiguous rows (row stride a multiple of 8) and groups back "
                         "to back, got ",
                         d.describe()));
   c.ld_d = d.strides[1];
-  expect(masked_m.shape[0] == c.num_groups && masked_m.strides[0] == 1, fn,
+  FG_EXPECT(masked_m.shape[0] == c.num_groups && masked_m.strides[0] == 1, fn,
          detail::concat("masked_m must be a contiguous int32 [G] with G=", c.num_groups, ", got ", masked_m.describe()));
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(b.data, 16, fn, "B");

@@ -68,8 +68,7 @@ class CublasLtBlockFp8 {
   /// Creates a cuBLASLt handle, the descriptors, queries the heuristic and allocates the chosen algorithm's
   /// workspace (on the current device; use the object on that device). Launches GPU work only for the SB repack
   /// (KB % 4 != 0), on the legacy default stream, synchronously: write sb on a blocking stream or synchronize
-  /// before constructing. If the problem cannot run (M % 4 != 0, a dimension
-  /// <= 0, a misaligned scale pointer, cuBLASLt older than 12.9, or cuBLASLt rejecting the configuration: a status
+  /// before constructing. If the problem cannot run (M % 4 != 0, a zero dimension, a misaligned scale pointer, cuBLASLt older than 12.9, or cuBLASLt rejecting the configuration: a status
   /// other than SUCCESS from a scale-mode attribute or from the heuristic, or no heuristic result), the object is
   /// built with supported() == false and reason() says why. Null data pointers or negative dimensions throw
   /// std::invalid_argument; failing to create the handle/descriptors or to allocate the workspace throws

@@ -187,7 +187,7 @@ Reference gpu_reference(const GemmProblem& problem) {
   jit::Runtime& rt = jit::Runtime::instance();
   jit::KernelSpec spec;
   spec.header = "finegemm/device/kernels/reference_gemm.cuh";
-  spec.function = "finegemm::device::reference_gemm_kernel";
+  spec.function = "finegemm::device::reference_gemm_kernel<64u>";
   spec.parameters = "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, int32_t)";
   rt.current_device();
   const CUfunction fn = rt.function(*rt.binary(spec));

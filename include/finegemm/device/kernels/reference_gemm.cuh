@@ -21,12 +21,14 @@ FG_DEVICE float e4m3_to_float(uint8_t code) {
   return sign ? -v : v;
 }
 
-inline constexpr uint32_t kRefTile = 64;   // outputs per block along M and N
 inline constexpr uint32_t kRefChunk = 32;  // K elements staged per step
 
+/// kRefTile: outputs per block along M and N (64: 256 threads of 4x4 outputs).
+template <uint32_t kRefTile>
 __global__ void __launch_bounds__(256) reference_gemm_kernel(const uint8_t* a, const float* sa, int64_t ld_sa,
                                                              const uint8_t* b, const float* sb, double* d,
                                                              double* abs_sum, int32_t m, int32_t n, int32_t k) {
+  static_assert(kRefTile == 64, "256 threads x 4x4 outputs");
   __shared__ float tile_a[kRefChunk][kRefTile + 1];
   __shared__ float tile_b[kRefChunk][kRefTile + 1];
   const int32_t num_k_blocks = (k + 127) / 128;
