@@ -90,7 +90,11 @@ struct Verdict {
   std::string summary;
 };
 /// Checks `out` (downloaded D) against `ref`: per group diff <= max_diff, element-wise bound, untouched invalid rows.
+/// Element-wise: |out - ref| <= 2^-8 |ref| (bf16 rounding) + accum_tolerance * sum|terms|. Hopper's FP8 tensor cores
+/// accumulate each 128-wide K block with about 14 bits of mantissa, aligned to the largest addend; the first GPU run
+/// measured errors up to 1.23 x 2^-11 * sum|terms| on correct outputs (diff 1.4e-6, bf16-rounding level), so the
+/// term is 2^-9: still far below a misplaced or missing tile (|ref| ~ sum|terms| / sqrt(K) >= 2^-7 sum|terms|).
 Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
-                     double max_diff = 1e-5, double accum_tolerance = 0x1p-11);
+                     double max_diff = 1e-5, double accum_tolerance = 0x1p-9);
 
 }  // namespace finegemm::tools

@@ -47,6 +47,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // ---- Config checks --------------------------------------------------------------------------
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "one or two math warpgroups of 64 rows");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
+  static_assert(128 - (BLOCK_N & (~BLOCK_N + 1) & 127 ? (BLOCK_N & (~BLOCK_N + 1)) : 128) + BLOCK_N <= 256,
+                "a tile may span at most two 128-column SB blocks");
   static_assert(N % 8 == 0 && K % 16 == 0, "N % 8 == 0 and K % 16 == 0 (16-byte TMA strides)");
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
   static_assert(kClusterSize == 1 || !kMulticastOnA || BLOCK_M % (8 * kClusterSize) == 0, "A multicast split");
