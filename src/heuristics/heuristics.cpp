@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <sstream>
 #include <tuple>
@@ -18,7 +19,14 @@ constexpr int kMulticastMinRows = 512;
 constexpr int kBlockNStep = 16;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
-constexpr bool kEnableMulticast = false;
+// FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
+bool multicast_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_MULTICAST");
+    return v != nullptr && v[0] == '1';
+  }();
+  return enabled;
+}
 
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers.
 int max_block_n(int block_m) { return block_m == 64 ? 176 : 160; }
@@ -94,7 +102,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
           } else if (block_m == 128 && rows <= 64) {
             cand.rejected = "M fits one 64-row warpgroup";
-          } else if (cluster == 2 && !kEnableMulticast) {
+          } else if (cluster == 2 && !multicast_enabled()) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {
             cand.rejected = "a cluster of 2 needs 2 SMs";

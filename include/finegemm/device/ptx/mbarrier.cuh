@@ -35,15 +35,19 @@ FG_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
       : "memory");
 }
 
+/// Upper bound, in ns, a waiting thread may be suspended in try_wait before re-checking (it wakes on completion):
+/// suspended warps leave issue slots to the warps doing useful work instead of spinning.
+inline constexpr uint32_t kMbarrierSuspendTimeHint = 0x989680;
+
 /// One try of waiting for the phase with parity `phase` to complete; true once it has.
 FG_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t phase) {
   uint32_t done;
   asm volatile(
       "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n"
       "selp.u32 %0, 1, 0, p;\n}\n"
       : "=r"(done)
-      : "r"(smem_addr(bar)), "r"(phase)
+      : "r"(smem_addr(bar)), "r"(phase), "r"(kMbarrierSuspendTimeHint)
       : "memory");
   return done != 0;
 }

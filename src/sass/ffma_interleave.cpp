@@ -1,0 +1,144 @@
+#include "sass/ffma_interleave.hpp"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "sass/elf.hpp"
+
+namespace finegemm::sass {
+
+namespace {
+
+constexpr const char* kWhere = "sass::interleave_ffma";
+constexpr int kSupportedSm = 90;
+
+// A Hopper SASS instruction: 128 bits, stored as two little-endian 64-bit words, low word first.
+constexpr uint64_t kInstructionBytes = 16;
+
+// Low word: bits 0-11 hold the opcode together with the operand form. 0x223 is FFMA with four register operands
+// (FFMA Rd, Ra, Rb, Rc); the immediate, constant-bank and uniform-register forms have other values here
+// (0x423, 0x623, 0x823, 0xa23, 0xc23, 0xe23) and are not matched.
+constexpr uint64_t kOpcodeMask = 0xfff;
+constexpr uint64_t kOpcodeFfmaRegisters = 0x223;
+
+// High word: instruction bit n is bit (n - 64) here.
+constexpr int kStallShift = 105 - 64;               // stall count, bits 105-108
+constexpr uint64_t kStallMask = 0xf;
+constexpr uint64_t kNoYieldBit = 1ull << (109 - 64);  // 1: do not yield; 0: yield
+constexpr uint64_t kReuseA = 1ull << (122 - 64);      // operand reuse flags, bits 122-124
+constexpr uint64_t kReuseB = 1ull << (123 - 64);
+constexpr uint64_t kReuseC = 1ull << (124 - 64);
+
+uint64_t load_word(const char* at) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= static_cast<uint64_t>(static_cast<uint8_t>(at[i])) << (8 * i);
+  return value;
+}
+
+void store_word(char* at, uint64_t value) {
+  for (int i = 0; i < 8; ++i) at[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+
+bool is_ffma_registers(uint64_t low_word) { return (low_word & kOpcodeMask) == kOpcodeFfmaRegisters; }
+
+// The high word of a selected FFMA after the pass: yield hint on, operand-B reuse off.
+uint64_t interleaved_high_word(uint64_t high_word) { return high_word & ~(kNoYieldBit | kReuseB); }
+
+// NOTE: nvdisasm rejects a yielding FFMA with a stall count of 0 unless none of its reuse flags is set (probed over
+// every control code and reuse combination). ptxas does not emit such FFMAs in runs; should one appear, it is left
+// alone rather than rewritten into an encoding the tools call undefined.
+bool is_encodable(uint64_t high_word) {
+  const bool stalls = ((high_word >> kStallShift) & kStallMask) != 0;
+  return stalls || (high_word & (kReuseA | kReuseB | kReuseC)) == 0;
+}
+
+void check_options(const InterleaveOptions& options) {
+  check_arg(options.min_run_length >= 1, kWhere, "min_run_length must be >= 1, got ", options.min_run_length);
+  check_arg(options.fraction >= 0.0 && options.fraction <= 1.0, kWhere, "fraction must be in [0, 1], got ",
+            options.fraction);
+}
+
+// Scans every code section; when `output` is given (a copy of `cubin`), writes the selected FFMAs into it.
+InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOptions& options, std::vector<char>* output) {
+  check_options(options);
+  const ElfImage image = parse_elf(cubin);
+  const int sm = cubin_sm_version(image);
+  check_arg(sm == kSupportedSm, kWhere, "the cubin is compiled for sm_", sm, "; the pass knows the sm_",
+            kSupportedSm, " encoding only");
+
+  InterleaveReport report;
+  report.num_kernels = static_cast<int>(image.code.size());
+  for (const ElfCodeSection& code : image.code) {
+    check_arg(code.offset % kInstructionBytes == 0 && code.size % kInstructionBytes == 0, kWhere, "code section .text.",
+              code.kernel, " (offset ", code.offset, ", ", code.size, " bytes) is not made of 16-byte instructions");
+    const char* base = cubin.data() + code.offset;
+    const uint64_t num_instructions = code.size / kInstructionBytes;
+    auto low_word = [&](uint64_t idx) { return load_word(base + idx * kInstructionBytes); };
+
+    uint64_t idx = 0;
+    while (idx < num_instructions) {
+      if (!is_ffma_registers(low_word(idx))) {
+        ++idx;
+        continue;
+      }
+      uint64_t end = idx;
+      while (end < num_instructions && is_ffma_registers(low_word(end))) ++end;
+      const int length = static_cast<int>(end - idx);
+      report.num_ffma += length;
+
+      if (length >= options.min_run_length) {
+        FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
+        for (int position : interleave_positions(length, options)) {
+          const uint64_t high_at = (idx + position) * kInstructionBytes + 8;
+          const uint64_t high_word = load_word(base + high_at);
+          const uint64_t new_high_word = interleaved_high_word(high_word);
+          if (new_high_word == high_word || !is_encodable(new_high_word)) continue;
+          ++run.modified;
+          if (output) store_word(output->data() + code.offset + high_at, new_high_word);
+        }
+        report.num_modified += run.modified;
+        report.runs.push_back(std::move(run));
+      }
+      idx = end;
+    }
+  }
+  return report;
+}
+
+}  // namespace
+
+std::string InterleaveReport::to_string() const {
+  std::ostringstream os;
+  os << "FFMA interleave (pass v" << kPassVersion << "): " << num_kernels << " kernel(s), " << num_ffma << " FFMA(s), "
+     << runs.size() << " run(s), " << num_modified << " FFMA(s) modified";
+  for (const FfmaRun& run : runs)
+    os << "\n  " << run.kernel << ": run at 0x" << std::hex << run.first_offset << std::dec << ", " << run.length
+       << " FFMAs, " << run.modified << " modified";
+  return os.str();
+}
+
+std::vector<int> interleave_positions(int length, const InterleaveOptions& options) {
+  check_options(options);
+  std::vector<int> positions;
+  if (length < options.min_run_length) return positions;
+  // NOTE: odd positions, so that each yielding FFMA follows one that keeps its reuse flags: the pair issues back to
+  // back sharing the operand reuse cache, then the warp offers its slot to the other warpgroup.
+  const int head = static_cast<int>(std::floor(static_cast<double>(length) * options.fraction));
+  for (int position = 1; position < head; position += 2) positions.push_back(position);
+  return positions;
+}
+
+std::vector<char> interleave_ffma(const std::vector<char>& cubin, const InterleaveOptions& options,
+                                  InterleaveReport* report) {
+  std::vector<char> output = cubin;
+  InterleaveReport result = run_pass(cubin, options, &output);
+  if (report) *report = std::move(result);
+  return output;
+}
+
+InterleaveReport analyze_ffma(const std::vector<char>& cubin, const InterleaveOptions& options) {
+  return run_pass(cubin, options, nullptr);
+}
+
+}  // namespace finegemm::sass
