@@ -26,11 +26,13 @@ FG_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
 }
 
 /// Arrives on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster.
+/// NOTE: default (CTA-scope) release semantics: the arrival only says "this stage's shared memory was consumed" (the
+/// wgmma reads already completed), and a .release.cluster arrive costs a cluster-scope fence per K block.
 FG_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
       "r"(cta_rank)
       : "memory");
 }
