@@ -168,4 +168,28 @@ std::string cache_dir();
 /// Library version, e.g. "0.1.0".
 const char* version();
 
+// ----------------------------------------------------------------------------------------------
+// Quantizers (on the GPU, through the same JIT)
+// ----------------------------------------------------------------------------------------------
+// Both compute, per block: amax = max |x|, scale = max(amax, 2^-64) / 448 and out = e4m3(x / scale), with IEEE
+// division and round-to-nearest-even saturating conversion (finite values beyond +-448 become +-448): bit-exact with
+// finegemm's CPU reference (and with the same formula evaluated in fp32 by any IEEE-conforming implementation).
+// Inputs must be finite. Common rules: `x` is bf16 or fp32 with K contiguous, 16-byte aligned, row stride a multiple
+// of 8 elements; `out` is fp8 of x's shape with K contiguous, 8-byte aligned, row stride a multiple of 8; K % 8 == 0
+// (the last 128-wide block may be partial). `scales` may use any strides whose elements do not overlap. Rank 3
+// inputs are G independent matrices. Asynchronous on `stream`, graph-capturable once warm, like the GEMMs.
+
+/// 1x128 per-token quantization of activations: one scale per row per 128-wide K block.
+/// `x`: bf16/fp32 [M, K] or [G, M, K]. `out`: fp8, same shape. `scales`: fp32 [M, KB] or [G, M, KB]; give it
+/// MN-major TMA-aligned strides ({1, M_pad} or {KB * M_pad, 1, M_pad}, M_pad = get_tma_aligned_size(M, 4)) to get
+/// the SA layout the GEMMs read for free, or K-major ({KB, 1}).
+void per_token_cast_to_fp8(const TensorView& x, const TensorView& out, const TensorView& scales,
+                           Stream stream = nullptr);
+
+/// 128x128 per-block quantization of weights: one scale per 128x128 block (partial blocks at the edges allowed).
+/// `x`: bf16/fp32 [N, K] or [G, N, K]. `out`: fp8, same shape. `scales`: fp32 [NB, KB] or [G, NB, KB] (row-major is
+/// the SB layout the GEMMs take).
+void per_block_cast_to_fp8(const TensorView& x, const TensorView& out, const TensorView& scales,
+                           Stream stream = nullptr);
+
 }  // namespace finegemm

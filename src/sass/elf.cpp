@@ -102,7 +102,8 @@ ElfImage parse_elf(std::span<const char> bytes) {
             int(load<uint8_t>(bytes, kIdentClass)), " is not ELF64");
   check_arg(load<uint8_t>(bytes, kIdentData) == kDataLittle, kWhere, "ELF data encoding ",
             int(load<uint8_t>(bytes, kIdentData)), " is not little-endian");
-  check_arg(load<uint8_t>(bytes, kIdentVersion) == kVersionCurrent && load<uint32_t>(bytes, kVersion) == kVersionCurrent,
+  check_arg(load<uint8_t>(bytes, kIdentVersion) == kVersionCurrent &&
+                load<uint32_t>(bytes, kVersion) == kVersionCurrent,
             kWhere, "unknown ELF version");
   check_arg(load<uint16_t>(bytes, kEhsize) == kHeaderBytes, kWhere, "ELF header size ", load<uint16_t>(bytes, kEhsize),
             " is not ", kHeaderBytes);

@@ -1,0 +1,713 @@
+// Tests of the cubin post-pass (src/sass): the ELF reader and the FFMA interleave pass.
+//
+// Cubins are compiled here with NVRTC for sm_90a (no GPU needed). The listing comparisons use nvdisasm; without it
+// those tests report SKIPPED and say how to install it. nvdisasm is found through FINEGEMM_NVDISASM, PATH,
+// $CUDA_HOME/bin, /usr/local/cuda/bin, then the PyPI package nvidia-cuda-nvdisasm (scripts/find-nvdisasm.sh does
+// the same search from a shell).
+#include <gtest/gtest.h>
+#include <nvrtc.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "finegemm/finegemm.hpp"
+#include "sass/elf.hpp"
+#include "sass/ffma_interleave.hpp"
+
+namespace {
+
+using finegemm::Error;
+using finegemm::sass::analyze_ffma;
+using finegemm::sass::ElfImage;
+using finegemm::sass::FfmaRun;
+using finegemm::sass::interleave_ffma;
+using finegemm::sass::interleave_positions;
+using finegemm::sass::InterleaveOptions;
+using finegemm::sass::InterleaveReport;
+using finegemm::sass::parse_elf;
+
+// Bits of the high 64-bit word of an instruction that the pass may clear (instruction bits 109 and 123).
+constexpr uint64_t kYieldBitHigh = 1ull << (109 - 64);
+constexpr uint64_t kReuseBHigh = 1ull << (123 - 64);
+constexpr int kPromotionBlockN = 128;  // accumulator registers per thread = BLOCK_N / 2
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernels
+// ---------------------------------------------------------------------------------------------------------------
+
+// The promotion step of the GEMM kernels in miniature: a wgmma m64nNk32 (fp8) fills `accum`, then every accumulator
+// register is scaled by its row's scale and added into `final_accum`: one long run of FFMAs per K block.
+std::string promotion_kernel_source(int block_n) {
+  const int num_regs = block_n / 2;
+  std::ostringstream outs, operands;
+  for (int i = 0; i < num_regs; ++i) {
+    outs << (i ? ", " : "") << "%" << i;
+    operands << (i ? ", " : "") << "\"+f\"(accum[" << i << "])";
+  }
+  std::ostringstream src;
+  src << "extern \"C\" __global__ void promote(float* out, const float* scales_a, const float* scales_b,\n"
+         "                                   unsigned long long desc_a, unsigned long long desc_b,\n"
+         "                                   int num_k_blocks) {\n"
+         "  float final_accum[" << num_regs << "], accum[" << num_regs << "];\n"
+         "#pragma unroll\n"
+         "  for (int i = 0; i < " << num_regs << "; ++i) final_accum[i] = accum[i] = 0.f;\n"
+         "  const int row = (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4;\n"
+         "  for (int kb = 0; kb < num_k_blocks; ++kb) {\n"
+         "    asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");\n"
+         "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, 0, 0;\\n\"\n"
+         "                 \"wgmma.mma_async.sync.aligned.m64n" << block_n << "k32.f32.e4m3.e4m3 {" << outs.str()
+      << "}, %" << num_regs << ", %" << num_regs + 1 << ", p, 1, 1;\\n}\\n\"\n"
+         "                 : " << operands.str() << " : \"l\"(desc_a + kb), \"l\"(desc_b + kb));\n"
+         "    asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");\n"
+         "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");\n"
+         "    const float scale_b = scales_b[kb];\n"
+         "    const float s0 = scales_a[kb * 64 + row] * scale_b, s1 = scales_a[kb * 64 + row + 8] * scale_b;\n"
+         "#pragma unroll\n"
+         "    for (int i = 0; i < " << num_regs << "; ++i) final_accum[i] += ((i / 2) % 2 ? s1 : s0) * accum[i];\n"
+         "  }\n"
+         "#pragma unroll\n"
+         "  for (int i = 0; i < " << num_regs << "; ++i) out[i * 128 + threadIdx.x] = final_accum[i];\n"
+         "}\n";
+  return src.str();
+}
+
+// A shorter run whose FFMAs share operands A and B (both reuse flags set), and FFMAs with immediate, uniform-register
+// and constant operands, which the pass must not count as register-form FFMAs.
+constexpr const char* kOtherKernelsSource = R"(
+extern "C" __global__ void shared_operands(float* out, const float* in) {
+  const float x = in[threadIdx.x], y = in[threadIdx.x + 1024];
+  float acc[24];
+#pragma unroll
+  for (int i = 0; i < 24; ++i) acc[i] = in[threadIdx.x + 2048 * (i + 1)];
+#pragma unroll
+  for (int i = 0; i < 24; ++i) acc[i] = fmaf(x, y, acc[i]);
+#pragma unroll
+  for (int i = 0; i < 24; ++i) out[i * blockDim.x + threadIdx.x] = acc[i];
+}
+extern "C" __global__ void operand_forms(float* out, const float* in, float a, float b) {
+  const int t = threadIdx.x;
+  const float x = in[t], y = in[t + 32], z = in[t + 64];
+  out[t] = fmaf(x, y, z);
+  out[t + 32] = fmaf(x, 3.7f, z);
+  out[t + 64] = fmaf(x, a, z);
+  out[t + 96] = fmaf(x, y, 1.25f);
+  out[t + 128] = fmaf(x, y, b);
+  out[t + 160] = fmaf(-x, y, z);
+  out[t + 192] = __fmaf_rz(x, y, z);
+  out[t + 224] = fmaf(fabsf(x), y, -z);
+}
+)";
+
+constexpr const char* kTrivialKernelSource = R"(
+extern "C" __global__ void trivial(int* out) { out[threadIdx.x] = threadIdx.x * 3 + 1; }
+)";
+
+std::vector<char> compile_cubin(const std::string& source, const std::string& arch) {
+  auto check = [](nvrtcResult result, const char* what) {
+    if (result != NVRTC_SUCCESS) throw std::runtime_error(std::string(what) + ": " + nvrtcGetErrorString(result));
+  };
+  nvrtcProgram program = nullptr;
+  check(nvrtcCreateProgram(&program, source.c_str(), "test_sass.cu", 0, nullptr, nullptr), "nvrtcCreateProgram");
+  const std::string arch_option = "--gpu-architecture=" + arch;
+  const char* options[] = {arch_option.c_str(), "-std=c++17"};
+  const nvrtcResult compiled = nvrtcCompileProgram(program, 2, options);
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  std::string log(log_size, '\0');
+  nvrtcGetProgramLog(program, log.data());
+  if (compiled != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&program);
+    throw std::runtime_error("NVRTC compilation failed: " + log);
+  }
+  size_t size = 0;
+  check(nvrtcGetCUBINSize(program, &size), "nvrtcGetCUBINSize");
+  std::vector<char> cubin(size);
+  check(nvrtcGetCUBIN(program, cubin.data()), "nvrtcGetCUBIN");
+  nvrtcDestroyProgram(&program);
+  return cubin;
+}
+
+// Compiled once per process.
+const std::vector<char>& gemm_like_cubin() {
+  static const std::vector<char> cubin =
+      compile_cubin(promotion_kernel_source(kPromotionBlockN) + kOtherKernelsSource, "sm_90a");
+  return cubin;
+}
+const std::vector<char>& trivial_cubin() {
+  static const std::vector<char> cubin = compile_cubin(kTrivialKernelSource, "sm_90a");
+  return cubin;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Helpers: raw words, header patching, error checks
+// ---------------------------------------------------------------------------------------------------------------
+
+uint64_t load_u64(const std::vector<char>& bytes, uint64_t at) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= static_cast<uint64_t>(static_cast<uint8_t>(bytes.at(at + i))) << (8 * i);
+  return value;
+}
+
+template <typename T>
+void patch(std::vector<char>& bytes, uint64_t at, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i)
+    bytes.at(at + i) = static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff);
+}
+
+// Expects `fn` to throw finegemm::Error of kind kInvalidArgument whose message contains `needle`.
+template <typename Fn>
+void expect_invalid(Fn&& fn, const std::string& needle, const std::string& context) {
+  try {
+    fn();
+    ADD_FAILURE() << context << ": no exception";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument) << context << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << context << ": message \"" << e.what() << "\" lacks \"" << needle << "\"";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << context << ": threw a non-finegemm exception: " << e.what();
+  }
+}
+
+void expect_rejected(const std::vector<char>& bytes, const std::string& needle, const std::string& context) {
+  expect_invalid([&] { parse_elf(bytes); }, needle, context + " (parse_elf)");
+  expect_invalid([&] { interleave_ffma(bytes, {}); }, needle, context + " (interleave_ffma)");
+  expect_invalid([&] { analyze_ffma(bytes, {}); }, needle, context + " (analyze_ffma)");
+}
+
+// The rule, written out independently of the library: odd positions below floor(length * fraction).
+std::set<int> expected_positions(int length, const InterleaveOptions& options) {
+  std::set<int> positions;
+  if (length < options.min_run_length) return positions;
+  const int head = static_cast<int>(std::floor(length * options.fraction));
+  for (int p = 1; p < head; p += 2) positions.insert(p);
+  return positions;
+}
+
+// File offsets of the high words the pass is expected to change, from a report's runs.
+std::set<uint64_t> expected_changed_high_words(const std::vector<char>& cubin, const InterleaveReport& report,
+                                               const InterleaveOptions& options) {
+  const ElfImage image = parse_elf(cubin);
+  std::map<std::string, uint64_t> section_offset;
+  for (const auto& code : image.code) section_offset[code.kernel] = code.offset;
+  std::set<uint64_t> changed;
+  for (const FfmaRun& run : report.runs)
+    for (int position : expected_positions(run.length, options)) {
+      const uint64_t at = section_offset.at(run.kernel) + run.first_offset + 16ull * position + 8;
+      if (load_u64(cubin, at) & (kYieldBitHigh | kReuseBHigh)) changed.insert(at);
+    }
+  return changed;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// nvdisasm
+// ---------------------------------------------------------------------------------------------------------------
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string quoted = "'";
+  for (char c : s) quoted += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+bool is_executable(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && access(path.c_str(), X_OK) == 0;
+}
+
+constexpr const char* kNvdisasmInstallHint =
+    "nvdisasm not found: the SASS listing checks did not run. Install it with "
+    "`pip install nvidia-cuda-nvdisasm==13.2.51` (or any CUDA toolkit with nvdisasm), or point FINEGEMM_NVDISASM at "
+    "the binary; scripts/find-nvdisasm.sh prints what this test would use.";
+
+// Search order: $FINEGEMM_NVDISASM, PATH, $CUDA_HOME/bin, $CUDA_PATH/bin, /usr/local/cuda/bin, the PyPI package.
+std::optional<std::string> find_nvdisasm() {
+  if (const char* forced = std::getenv("FINEGEMM_NVDISASM"); forced && *forced) return std::string(forced);
+  std::vector<std::filesystem::path> candidates;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    for (std::string dir; std::getline(dirs, dir, ':');)
+      if (!dir.empty()) candidates.push_back(std::filesystem::path(dir) / "nvdisasm");
+  }
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* home = std::getenv(var); home && *home)
+      candidates.push_back(std::filesystem::path(home) / "bin/nvdisasm");
+  candidates.push_back("/usr/local/cuda/bin/nvdisasm");
+  for (const auto& candidate : candidates)
+    if (is_executable(candidate)) return candidate.string();
+  // The wheel installs <site-packages>/nvidia/cu13/bin/nvdisasm (13.x) or nvidia/cuda_nvdisasm/bin/nvdisasm (12.x).
+  for (const char* python : {"python3", "python"}) {
+    const CommandResult found = run_command(
+        std::string(python) +
+        " -c \"import importlib.util, pathlib; s = importlib.util.find_spec('nvidia'); "
+        "print(next((str(p) for d in (s.submodule_search_locations if s else []) "
+        "for p in sorted(pathlib.Path(d).glob('*/bin/nvdisasm'))), ''))\" 2>/dev/null");
+    std::string path = found.output.substr(0, found.output.find('\n'));
+    if (found.exit_code == 0 && !path.empty() && is_executable(path)) return path;
+  }
+  return std::nullopt;
+}
+
+const std::optional<std::string>& nvdisasm_path() {
+  static const std::optional<std::string> path = find_nvdisasm();
+  return path;
+}
+
+// Skips loudly without nvdisasm; fails when FINEGEMM_NVDISASM names something that cannot run.
+#define REQUIRE_NVDISASM()                                                                  \
+  do {                                                                                      \
+    if (!nvdisasm_path()) GTEST_SKIP() << "\n\n*** " << kNvdisasmInstallHint << " ***\n\n"; \
+    if (!is_executable(*nvdisasm_path()))                                                   \
+      FAIL() << "FINEGEMM_NVDISASM=" << *nvdisasm_path() << " is not an executable file";  \
+  } while (0)
+
+struct SassInstruction {
+  std::string section;
+  uint64_t offset = 0;
+  std::string text;  // e.g. "FFMA R135, R24, R136.reuse, R135"
+  uint64_t low = 0, high = 0;
+};
+
+struct Listing {
+  CommandResult run;
+  std::vector<SassInstruction> instructions;
+};
+
+// Runs `nvdisasm -hex -c` on `cubin` and parses every instruction with its two encoding words.
+Listing disassemble(const std::vector<char>& cubin) {
+  static std::atomic<int> counter{0};
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("finegemm_test_sass_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".cubin");
+  {
+    std::ofstream file(path, std::ios::binary);
+    file.write(cubin.data(), static_cast<std::streamsize>(cubin.size()));
+  }
+  Listing listing;
+  listing.run = run_command(shell_quote(*nvdisasm_path()) + " -hex -c " + shell_quote(path.string()) + " 2>&1");
+  std::filesystem::remove(path);
+
+  static const std::regex section_re(R"(^\s*\.section\s+\.text\.([^,\s]+))");
+  static const std::regex first_line_re(R"(^\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;\s*/\* 0x([0-9a-f]{16}) \*/\s*$)");
+  static const std::regex second_line_re(R"(^\s*/\* 0x([0-9a-f]{16}) \*/\s*$)");
+  std::istringstream lines(listing.run.output);
+  std::string section, line;
+  std::smatch m;
+  while (std::getline(lines, line)) {
+    if (std::regex_search(line, m, section_re)) {
+      section = m[1];
+    } else if (std::regex_match(line, m, first_line_re)) {
+      SassInstruction inst{section, std::stoull(m[1], nullptr, 16), m[2], std::stoull(m[3], nullptr, 16), 0};
+      std::string next;
+      if (!std::getline(lines, next) || !std::regex_match(next, m, second_line_re))
+        throw std::runtime_error("unexpected nvdisasm output after: " + line);
+      inst.high = std::stoull(m[1], nullptr, 16);
+      listing.instructions.push_back(std::move(inst));
+    }
+  }
+  return listing;
+}
+
+std::string strip_reuse(std::string text) {
+  for (size_t at; (at = text.find(".reuse")) != std::string::npos;) text.erase(at, 6);
+  return text;
+}
+
+// The three source operands of an FFMA whose sources are all registers, judged from nvdisasm's text alone
+// (predicate, modifiers, negation and absolute value allowed); nullopt for any other instruction.
+std::optional<std::array<std::string, 3>> ffma_register_sources(const std::string& text) {
+  static const std::regex re(
+      R"(^(?:@!?P[T0-6] )?FFMA(?:\.[A-Z]+)* (?:R\d+|RZ), (-?\|?(?:R\d+|RZ)\|?(?:\.reuse)?), )"
+      R"((-?\|?(?:R\d+|RZ)\|?(?:\.reuse)?), (-?\|?(?:R\d+|RZ)\|?(?:\.reuse)?)$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, re)) return std::nullopt;
+  return std::array<std::string, 3>{m[1], m[2], m[3]};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ELF reader
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(SassElf, ReadsNvrtcCubin) {
+  const std::vector<char>& cubin = gemm_like_cubin();
+  const ElfImage image = parse_elf(cubin);
+  EXPECT_EQ(image.machine, finegemm::sass::kElfMachineCuda);
+  EXPECT_EQ(finegemm::sass::cubin_sm_version(image), 90);
+  std::set<std::string> kernels;
+  for (const auto& code : image.code) {
+    kernels.insert(code.kernel);
+    const auto& section = image.sections.at(code.section_index);
+    EXPECT_EQ(section.name, ".text." + code.kernel);
+    EXPECT_EQ(section.offset, code.offset);
+    EXPECT_EQ(section.size, code.size);
+    EXPECT_EQ(code.offset % 16, 0u);
+    EXPECT_GT(code.size, 0u);
+    EXPECT_LE(code.offset + code.size, cubin.size());
+  }
+  EXPECT_EQ(kernels, (std::set<std::string>{"promote", "shared_operands", "operand_forms"}));
+  bool has_symtab = false;
+  for (const auto& section : image.sections) has_symtab |= section.name == ".symtab";
+  EXPECT_TRUE(has_symtab);
+}
+
+TEST(SassElf, RejectsTruncatedInput) {
+  const std::vector<char>& cubin = gemm_like_cubin();
+  const ElfImage image = parse_elf(cubin);
+  const uint64_t shoff = load_u64(cubin, 40);
+  const uint64_t phoff = load_u64(cubin, 32);
+  const auto& code = image.code.front();
+
+  // The furthest byte any validated structure reaches must be the end of the file, so cutting anywhere is caught.
+  uint64_t extent = shoff + 64 * image.sections.size();
+  extent = std::max<uint64_t>(extent, phoff + 56 * static_cast<uint8_t>(cubin[56]));
+  for (const auto& s : image.sections)
+    if (s.type != finegemm::sass::kElfSectionNobits) extent = std::max(extent, s.offset + s.size);
+  ASSERT_EQ(extent, cubin.size()) << "the cubin has trailing bytes no structure covers; pick other cut points";
+
+  const std::vector<std::pair<uint64_t, std::string>> cuts = {
+      {0, "shorter than an ELF64 header"},
+      {3, "shorter than an ELF64 header"},
+      {63, "shorter than an ELF64 header"},
+      {64, "past the end"},
+      {code.offset + code.size / 2, "past the end"},
+      {shoff + 64 * 2 + 10, "past the end"},
+      {cubin.size() - 1, "past the end"},
+  };
+  for (const auto& [size, needle] : cuts) {
+    ASSERT_LT(size, cubin.size());
+    const std::vector<char> truncated(cubin.begin(), cubin.begin() + static_cast<std::ptrdiff_t>(size));
+    expect_rejected(truncated, needle, "truncated to " + std::to_string(size) + " bytes");
+  }
+}
+
+TEST(SassElf, RejectsNonElfInput) {
+  std::string text = "This is not a cubin, just some text long enough to fill an ELF64 header and then some.";
+  expect_rejected(std::vector<char>(text.begin(), text.end()), "not an ELF file", "text");
+
+  std::vector<char> elf32 = gemm_like_cubin();
+  elf32[4] = 1;  // ELFCLASS32
+  expect_rejected(elf32, "not ELF64", "ELF32");
+
+  std::vector<char> big_endian = gemm_like_cubin();
+  big_endian[5] = 2;  // ELFDATA2MSB
+  expect_rejected(big_endian, "not little-endian", "big-endian");
+}
+
+TEST(SassElf, RejectsOutOfRangeSectionTable) {
+  const std::vector<char>& cubin = gemm_like_cubin();
+  const uint64_t shoff = load_u64(cubin, 40);
+  const auto shnum = static_cast<uint16_t>(static_cast<uint8_t>(cubin[60]) | static_cast<uint8_t>(cubin[61]) << 8);
+
+  std::vector<char> bytes = cubin;
+  patch<uint64_t>(bytes, 40, cubin.size());  // e_shoff at the end of the file
+  expect_rejected(bytes, "section header table", "e_shoff past the end");
+
+  bytes = cubin;
+  patch<uint64_t>(bytes, 40, ~uint64_t{0} - 63);  // e_shoff + table size overflows
+  expect_rejected(bytes, "section header table", "e_shoff overflowing");
+
+  bytes = cubin;
+  patch<uint16_t>(bytes, 60, 0xfe00);  // e_shnum far larger than the table
+  expect_rejected(bytes, "section header table", "e_shnum too large");
+
+  bytes = cubin;
+  patch<uint16_t>(bytes, 58, 40);  // e_shentsize
+  expect_rejected(bytes, "entries are 40 bytes", "e_shentsize");
+
+  bytes = cubin;
+  patch<uint16_t>(bytes, 62, shnum);  // e_shstrndx out of range
+  expect_rejected(bytes, "section name table index", "e_shstrndx");
+
+  bytes = cubin;
+  patch<uint64_t>(bytes, shoff + 64 * 2 + 24, cubin.size() - 8);  // section 2 contents past the end
+  expect_rejected(bytes, "past the end", "section contents out of range");
+
+  bytes = cubin;
+  patch<uint32_t>(bytes, shoff + 64 * 2 + 0, 0x7fffffffu);  // section 2 name outside the name table
+  expect_rejected(bytes, "name offset", "section name out of range");
+
+  bytes = cubin;
+  patch<uint64_t>(bytes, 32, cubin.size() - 16);  // program header table past the end
+  expect_rejected(bytes, "program header table", "e_phoff past the end");
+
+  // A code section that is not made of whole instructions.
+  const ElfImage image = parse_elf(cubin);
+  bytes = cubin;
+  patch<uint64_t>(bytes, shoff + 64 * image.code.front().section_index + 32, image.code.front().size - 4);
+  expect_invalid([&] { interleave_ffma(bytes, {}); }, "16-byte instructions", "odd code size");
+}
+
+TEST(SassElf, RejectsOtherMachinesAndArchitectures) {
+  std::vector<char> x86 = gemm_like_cubin();
+  patch<uint16_t>(x86, 18, 62);  // EM_X86_64
+  expect_invalid([&] { interleave_ffma(x86, {}); }, "not a CUDA cubin", "x86-64 ELF");
+
+  std::vector<char> future_abi = gemm_like_cubin();
+  future_abi[8] = 9;
+  expect_invalid([&] { interleave_ffma(future_abi, {}); }, "ABI version 9", "unknown ABI");
+
+  const std::vector<char> sm80 = compile_cubin(kOtherKernelsSource, "sm_80");
+  expect_invalid([&] { interleave_ffma(sm80, {}); }, "sm_80", "sm_80 cubin");
+  const std::vector<char> sm100 = compile_cubin(kTrivialKernelSource, "sm_100a");
+  expect_invalid([&] { analyze_ffma(sm100, {}); }, "sm_100", "sm_100a cubin");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The pass, CPU only
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(SassInterleave, FindsThePromotionRun) {
+  const InterleaveReport report = analyze_ffma(gemm_like_cubin(), {});
+  EXPECT_EQ(report.num_kernels, 3);
+  const FfmaRun* promotion = nullptr;
+  for (const FfmaRun& run : report.runs)
+    if (run.kernel == "promote" && (!promotion || run.length > promotion->length)) promotion = &run;
+  ASSERT_NE(promotion, nullptr) << report.to_string();
+  // One FFMA per accumulator register; ptxas keeps them back to back after the wgmma wait.
+  EXPECT_EQ(promotion->length, kPromotionBlockN / 2) << report.to_string();
+  EXPECT_EQ(promotion->modified, static_cast<int>(expected_positions(promotion->length, {}).size()));
+  EXPECT_NE(report.to_string().find("promote"), std::string::npos);
+}
+
+TEST(SassInterleave, ChangesOnlyYieldAndReuseBitsOfSelectedFfmas) {
+  const std::vector<char>& before = gemm_like_cubin();
+  const InterleaveOptions options;
+  InterleaveReport report;
+  const std::vector<char> after = interleave_ffma(before, options, &report);
+  ASSERT_EQ(after.size(), before.size());
+  ASSERT_GT(report.num_modified, 0) << report.to_string();
+
+  const std::set<uint64_t> expected = expected_changed_high_words(before, report, options);
+  EXPECT_EQ(static_cast<int>(expected.size()), report.num_modified);
+  bool cleared_reuse = false;
+  for (uint64_t at : expected) cleared_reuse |= (load_u64(before, at) & kReuseBHigh) != 0;
+  EXPECT_TRUE(cleared_reuse) << "the kernels should exercise clearing operand-B reuse";
+
+  for (uint64_t at = 0; at + 8 <= before.size(); at += 8) {
+    const uint64_t x = load_u64(before, at), y = load_u64(after, at);
+    if (expected.count(at)) {
+      EXPECT_EQ(y, x & ~(kYieldBitHigh | kReuseBHigh)) << "at byte " << at;
+    } else {
+      EXPECT_EQ(x, y) << "unexpected change at byte " << at;
+    }
+  }
+  for (uint64_t at = before.size() / 8 * 8; at < before.size(); ++at) EXPECT_EQ(before[at], after[at]);
+
+  // The output reads back with the same section table, and the analysis of the input predicted the rewrite.
+  const ElfImage in = parse_elf(before), out = parse_elf(after);
+  EXPECT_EQ(in.sections, out.sections);
+  EXPECT_EQ(in.code, out.code);
+  const InterleaveReport analysis = analyze_ffma(before, options);
+  EXPECT_EQ(analysis.to_string(), report.to_string());
+  // Applying the pass twice changes nothing more.
+  InterleaveReport again;
+  EXPECT_EQ(interleave_ffma(after, options, &again), after);
+  EXPECT_EQ(again.num_modified, 0);
+}
+
+TEST(SassInterleave, NoQualifyingRunsIsByteIdentical) {
+  InterleaveReport report;
+  EXPECT_EQ(interleave_ffma(trivial_cubin(), {}, &report), trivial_cubin());
+  EXPECT_EQ(report.num_kernels, 1);
+  EXPECT_EQ(report.num_ffma, 0);
+  EXPECT_TRUE(report.runs.empty());
+  EXPECT_EQ(report.num_modified, 0);
+
+  const std::vector<char>& cubin = gemm_like_cubin();
+  EXPECT_EQ(interleave_ffma(cubin, {.min_run_length = 1000}), cubin);
+  EXPECT_EQ(interleave_ffma(cubin, {.min_run_length = 8, .fraction = 0.0}), cubin);
+}
+
+TEST(SassInterleave, OptionsSelectRunsAndPositions) {
+  const std::vector<char>& cubin = gemm_like_cubin();
+  const InterleaveReport all = analyze_ffma(cubin, {.min_run_length = 1});
+  int longest = 0, total = 0;
+  for (const FfmaRun& run : all.runs) {
+    longest = std::max(longest, run.length);
+    total += run.length;
+  }
+  EXPECT_EQ(total, all.num_ffma);
+
+  // min_run_length filters runs by length.
+  for (int min_run_length : {2, 8, 24, 25, longest, longest + 1}) {
+    const InterleaveReport report = analyze_ffma(cubin, {.min_run_length = min_run_length});
+    std::vector<std::pair<uint64_t, int>> expected, got;
+    for (const FfmaRun& run : all.runs)
+      if (run.length >= min_run_length) expected.emplace_back(run.first_offset, run.length);
+    for (const FfmaRun& run : report.runs) got.emplace_back(run.first_offset, run.length);
+    EXPECT_EQ(got, expected) << "min_run_length " << min_run_length;
+    EXPECT_EQ(report.num_ffma, all.num_ffma);
+  }
+  EXPECT_TRUE(analyze_ffma(cubin, {.min_run_length = longest + 1}).runs.empty());
+
+  // fraction widens the head of each run that is touched; the changes nest.
+  std::set<uint64_t> previous;
+  for (double fraction : {0.0, 0.25, 9.0 / 16.0, 1.0}) {
+    const InterleaveOptions options{.min_run_length = 8, .fraction = fraction};
+    InterleaveReport report;
+    const std::vector<char> after = interleave_ffma(cubin, options, &report);
+    const std::set<uint64_t> expected = expected_changed_high_words(cubin, report, options);
+    std::set<uint64_t> changed;
+    for (uint64_t at = 0; at + 8 <= cubin.size(); at += 8)
+      if (load_u64(cubin, at) != load_u64(after, at)) changed.insert(at);
+    EXPECT_EQ(changed, expected) << "fraction " << fraction;
+    EXPECT_EQ(report.num_modified, static_cast<int>(changed.size()));
+    EXPECT_TRUE(std::includes(changed.begin(), changed.end(), previous.begin(), previous.end()));
+    if (fraction > 0.0) {
+      EXPECT_GT(changed.size(), previous.size()) << "fraction " << fraction;
+    }
+    previous = changed;
+  }
+}
+
+TEST(SassInterleave, PositionsFollowTheRule) {
+  const InterleaveOptions seed;
+  EXPECT_EQ(interleave_positions(64, seed), (std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
+                                                              29, 31, 33, 35}));
+  EXPECT_TRUE(interleave_positions(7, seed).empty());
+  EXPECT_EQ(interleave_positions(8, seed), (std::vector<int>{1, 3}));  // floor(8 * 9/16) = 4
+  EXPECT_EQ(interleave_positions(9, {.min_run_length = 2, .fraction = 1.0}), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_TRUE(interleave_positions(100, {.min_run_length = 2, .fraction = 0.0}).empty());
+  for (int length = 0; length < 100; ++length)
+    for (double fraction : {0.0, 0.3, 0.5, 9.0 / 16.0, 1.0}) {
+      const InterleaveOptions options{.min_run_length = 4, .fraction = fraction};
+      const std::vector<int> got = interleave_positions(length, options);
+      const std::set<int> expected = expected_positions(length, options);
+      EXPECT_EQ(std::set<int>(got.begin(), got.end()), expected) << length << " " << fraction;
+    }
+
+  const std::vector<char>& cubin = gemm_like_cubin();
+  expect_invalid([&] { interleave_ffma(cubin, {.min_run_length = 0}); }, "min_run_length", "min_run_length 0");
+  expect_invalid([&] { interleave_ffma(cubin, {.min_run_length = 8, .fraction = -0.1}); }, "fraction", "-0.1");
+  expect_invalid([&] { analyze_ffma(cubin, {.min_run_length = 8, .fraction = 1.5}); }, "fraction", "1.5");
+  expect_invalid([&] { interleave_positions(8, {.min_run_length = 8, .fraction = std::nan("")}); }, "fraction", "NaN");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The pass, checked against nvdisasm
+// ---------------------------------------------------------------------------------------------------------------
+
+TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
+  REQUIRE_NVDISASM();
+  const std::vector<char>& before = gemm_like_cubin();
+  const InterleaveOptions options;
+  InterleaveReport report;
+  const std::vector<char> after = interleave_ffma(before, options, &report);
+
+  const Listing a = disassemble(before), b = disassemble(after);
+  ASSERT_EQ(a.run.exit_code, 0) << a.run.output;
+  ASSERT_EQ(b.run.exit_code, 0) << "nvdisasm rejects the rewritten cubin:\n" << b.run.output;
+  EXPECT_EQ(b.run.output.find("error"), std::string::npos) << b.run.output;
+  ASSERT_FALSE(a.instructions.empty());
+  ASSERT_EQ(a.instructions.size(), b.instructions.size());
+
+  // FFMA runs and the instructions to change, found from nvdisasm's text (not from the library's opcode match).
+  std::set<std::pair<std::string, uint64_t>> selected;
+  int num_ffma = 0, num_runs = 0;
+  for (size_t i = 0; i < a.instructions.size();) {
+    if (!ffma_register_sources(a.instructions[i].text)) {
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < a.instructions.size() && a.instructions[end].section == a.instructions[i].section &&
+           a.instructions[end].offset == a.instructions[i].offset + 16 * (end - i) &&
+           ffma_register_sources(a.instructions[end].text))
+      ++end;
+    const int length = static_cast<int>(end - i);
+    num_ffma += length;
+    if (length >= options.min_run_length) {
+      ++num_runs;
+      for (int p : expected_positions(length, options)) {
+        const SassInstruction& inst = a.instructions[i + p];
+        ASSERT_NE((inst.high >> (105 - 64)) & 0xf, 0u) << "stall 0 in a run: " << inst.text;
+        if (inst.high & (kYieldBitHigh | kReuseBHigh)) selected.insert({inst.section, inst.offset});
+      }
+    }
+    i = end;
+  }
+  EXPECT_EQ(num_ffma, report.num_ffma) << "the opcode match and nvdisasm disagree on which FFMAs are register form";
+  EXPECT_EQ(num_runs, static_cast<int>(report.runs.size()));
+  EXPECT_EQ(static_cast<int>(selected.size()), report.num_modified);
+  ASSERT_FALSE(selected.empty());
+
+  int num_changed = 0, num_reuse_dropped = 0, num_other_reuse_kept = 0;
+  for (size_t i = 0; i < a.instructions.size(); ++i) {
+    const SassInstruction& x = a.instructions[i];
+    const SassInstruction& y = b.instructions[i];
+    ASSERT_EQ(x.section, y.section);
+    ASSERT_EQ(x.offset, y.offset);
+    EXPECT_EQ(x.low, y.low) << x.section << " " << x.offset << ": " << x.text;
+    EXPECT_EQ(strip_reuse(x.text), strip_reuse(y.text)) << x.section << " " << x.offset;
+    const bool is_selected = selected.count({x.section, x.offset}) > 0;
+    if (is_selected) {
+      ++num_changed;
+      EXPECT_EQ(y.high, x.high & ~(kYieldBitHigh | kReuseBHigh)) << x.text;
+    } else {
+      EXPECT_EQ(y.high, x.high) << "unselected instruction changed: " << x.section << " " << x.offset << " " << x.text;
+      EXPECT_EQ(y.text, x.text);
+    }
+    // nvdisasm prints ".reuse" on A, B, C exactly when bits 122, 123, 124 are set, unless the FFMA yields (bit 109
+    // clear): then it prints no reuse at all.
+    for (const SassInstruction* inst : {&x, &y}) {
+      const auto sources = ffma_register_sources(inst->text);
+      if (!sources) continue;
+      const bool yields = (inst->high & kYieldBitHigh) == 0;
+      for (int k = 0; k < 3; ++k) {
+        const bool flag = (inst->high >> (122 - 64 + k)) & 1;
+        EXPECT_EQ((*sources)[k].ends_with(".reuse"), flag && !yields) << inst->text << " operand " << k;
+      }
+    }
+    if (is_selected) {
+      const auto sources = ffma_register_sources(x.text);
+      ASSERT_TRUE(sources) << x.text;
+      num_reuse_dropped += (*sources)[1].ends_with(".reuse");
+      num_other_reuse_kept += (y.high & ((1ull << (122 - 64)) | (1ull << (124 - 64)))) != 0;
+      EXPECT_EQ(y.text.find(".reuse"), std::string::npos) << y.text;
+    }
+  }
+  EXPECT_EQ(num_changed, report.num_modified);
+  EXPECT_GT(num_reuse_dropped, 0) << "no selected FFMA had operand-B reuse: the test kernels no longer exercise it";
+  // Bits 122/124 stay as compiled (only 109 and 123 change); nvdisasm must accept a yielding FFMA that keeps them.
+  EXPECT_GT(num_other_reuse_kept, 0) << "no selected FFMA kept an A/C reuse bit: the test kernels no longer exercise it";
+}
+
+TEST(SassInterleaveNvdisasm, TrivialKernelHasNoFfma) {
+  REQUIRE_NVDISASM();
+  const Listing listing = disassemble(trivial_cubin());
+  ASSERT_EQ(listing.run.exit_code, 0) << listing.run.output;
+  ASSERT_FALSE(listing.instructions.empty());
+  for (const SassInstruction& inst : listing.instructions) EXPECT_EQ(inst.text.find("FFMA"), std::string::npos);
+}
+
+}  // namespace
