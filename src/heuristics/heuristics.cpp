@@ -28,9 +28,8 @@ bool multicast_enabled() {
   return enabled;
 }
 
-/// Largest BLOCK_N whose three fp32 accumulators (two wgmma buffers and the promoted sum, BLOCK_N / 2 registers each)
-/// fit the math warpgroups' 232 registers.
-int max_block_n(int /*block_m*/) { return 128; }
+/// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers.
+int max_block_n(int block_m) { return block_m == 64 ? 176 : 160; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -96,7 +95,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           const int64_t n_blocks = ceil_div(p.n, block_n);
           // Filters, each with its reason.
           if (block_n > max_block_n(block_m)) {
-            cand.rejected = "three fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
+            cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
           } else if (block_n > ((p.n + kBlockNStep - 1) / kBlockNStep) * kBlockNStep) {
             cand.rejected = "BLOCK_N wider than N rounded up to 16 only adds idle columns";
           } else if (128 - std::gcd(block_n, 128) + block_n > 256) {

@@ -185,59 +185,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     float* wg_sb = smem_sb + math_wg * (Layout::kSbBytesPerWarpgroup / 4);
     PipelineState<kNumStages> pipe;
 
-    // Two wgmma accumulators: K block i+1 runs on the tensor cores while K block i is promoted.
-    float accum_even[BLOCK_N / 2];
-    float accum_odd[BLOCK_N / 2];
+    float accum[BLOCK_N / 2];
     float final_accum[BLOCK_N / 2];
-
-    // Waits for the stage, reads its row scales and issues the four k32 wgmmas of one K block into `acc`.
-    auto issue_k_block = [&](float(&acc)[BLOCK_N / 2], PipelineState<kNumStages>& state, float& sa0, float& sa1) {
-      ptx::mbarrier_wait(&full_barriers[state.stage], state.phase);
-      const float* sa = smem_sa + state.stage * kSaFloatsPerStage;
-      sa0 = ptx::ld_shared_f32(sa + r0);
-      sa1 = ptx::ld_shared_f32(sa + r1);
-      const uint8_t* a_tile = smem_a + state.stage * Layout::kABytesPerStage + math_wg * kWarpgroupRows * kBlockK;
-      const uint8_t* b_tile = smem_b + state.stage * Layout::kBBytesPerStage;
-#pragma unroll
-      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (uint32_t k = 0; k < kBlockK / 32; ++k) {
-        const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(a_tile + k * 32);
-        const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(b_tile + k * 32);
-        ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, acc, k > 0);
-      }
-      ptx::wgmma_commit_group();
-      state.advance();
-    };
-
-    // After its wgmmas completed: releases the stage, then promotes the block result with SA * SB.
-    auto promote_k_block = [&](float(&acc)[BLOCK_N / 2], PipelineState<kNumStages>& state, float sa0, float sa1,
-                               uint32_t kb, uint32_t split_col) {
-#pragma unroll
-      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
-      // Release the stage before promotion so TMA refills it meanwhile.
-      if constexpr (kClusterSize == 1) {
-        if (lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[state.stage]);
-      } else {
-        if (lane_idx < kClusterSize) ptx::mbarrier_arrive_cluster(&empty_barriers[state.stage], lane_idx);
-      }
-      state.advance();
-      const float sb0 = ptx::ld_shared_f32(wg_sb + kb);
-      const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(wg_sb + kNumKBlocks + kb);
-      const float s00 = sa0 * sb0, s10 = sa1 * sb0;
-      const float s01 = sa0 * sb1, s11 = sa1 * sb1;
-#pragma unroll
-      for (uint32_t j = 0; j < BLOCK_N / 8; ++j) {
-        const bool first_block = kUniformScaleB || j * 8 < split_col;
-        const float scale_r0 = first_block ? s00 : s01;
-        const float scale_r1 = first_block ? s10 : s11;
-        final_accum[j * 4 + 0] += scale_r0 * acc[j * 4 + 0];
-        final_accum[j * 4 + 1] += scale_r0 * acc[j * 4 + 1];
-        final_accum[j * 4 + 2] += scale_r1 * acc[j * 4 + 2];
-        final_accum[j * 4 + 3] += scale_r1 * acc[j * 4 + 3];
-      }
-    };
 
     while (scheduler.next(tile)) {
       // SB of this tile: one or two 128-column blocks (the tile may straddle a block boundary).
@@ -256,27 +205,52 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
 
-      // Software pipeline over K blocks, two per trip so each accumulator is named at compile time.
-      PipelineState<kNumStages> done = pipe;
-      float sa_even0, sa_even1, sa_odd0 = 0.f, sa_odd1 = 0.f;
-      issue_k_block(accum_even, pipe, sa_even0, sa_even1);
-      for (uint32_t kb = 0; kb < kNumKBlocks; kb += 2) {
-        if (kb + 1 < kNumKBlocks) {
-          issue_k_block(accum_odd, pipe, sa_odd0, sa_odd1);
-          ptx::wgmma_wait_group<1>();
+      for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+        const float sb0 = ptx::ld_shared_f32(wg_sb + kb);
+        const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(wg_sb + kNumKBlocks + kb);
+        ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+        // Read the row scales before releasing the stage.
+        const float* sa = smem_sa + pipe.stage * kSaFloatsPerStage;
+        const float sa0 = ptx::ld_shared_f32(sa + r0);
+        const float sa1 = ptx::ld_shared_f32(sa + r1);
+
+        const uint8_t* a_tile = smem_a + pipe.stage * Layout::kABytesPerStage + math_wg * kWarpgroupRows * kBlockK;
+        const uint8_t* b_tile = smem_b + pipe.stage * Layout::kBBytesPerStage;
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (uint32_t k = 0; k < kBlockK / 32; ++k) {
+          const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(a_tile + k * 32);
+          const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(b_tile + k * 32);
+          ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, accum, k > 0);
+        }
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait_group<0>();
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
+
+        // Release the stage before promotion so TMA refills it meanwhile.
+        if constexpr (kClusterSize == 1) {
+          if (lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[pipe.stage]);
         } else {
-          ptx::wgmma_wait_group<0>();
+          if (lane_idx < kClusterSize) ptx::mbarrier_arrive_cluster(&empty_barriers[pipe.stage], lane_idx);
         }
-        promote_k_block(accum_even, done, sa_even0, sa_even1, kb, split_col);
-        if (kb + 1 < kNumKBlocks) {
-          if (kb + 2 < kNumKBlocks) {
-            issue_k_block(accum_even, pipe, sa_even0, sa_even1);
-            ptx::wgmma_wait_group<1>();
-          } else {
-            ptx::wgmma_wait_group<0>();
-          }
-          promote_k_block(accum_odd, done, sa_odd0, sa_odd1, kb + 1, split_col);
+
+        // Promotion: the fp32 block result, scaled by SA * SB, into the running accumulator.
+        const float s00 = sa0 * sb0, s10 = sa1 * sb0;
+        const float s01 = sa0 * sb1, s11 = sa1 * sb1;
+#pragma unroll
+        for (uint32_t j = 0; j < BLOCK_N / 8; ++j) {
+          const bool first_block = kUniformScaleB || j * 8 < split_col;
+          const float scale_r0 = first_block ? s00 : s01;
+          const float scale_r1 = first_block ? s10 : s11;
+          final_accum[j * 4 + 0] += scale_r0 * accum[j * 4 + 0];
+          final_accum[j * 4 + 1] += scale_r0 * accum[j * 4 + 1];
+          final_accum[j * 4 + 2] += scale_r1 * accum[j * 4 + 2];
+          final_accum[j * 4 + 3] += scale_r1 * accum[j * 4 + 3];
         }
+        pipe.advance();
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
