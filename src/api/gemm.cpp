@@ -285,7 +285,9 @@ bool precompile(const Problem& problem, int num_sms) {
   check_problem(problem);
   check_arg(num_sms > 0, "precompile", "num_sms must be > 0, got ", num_sms);
   const KernelConfig config = heuristics::select_config(problem, num_sms);
-  return Runtime::instance().binary(gemm_spec(config))->compiled;
+  bool compiled_now = false;
+  Runtime::instance().binary(gemm_spec(config), &compiled_now);
+  return compiled_now;
 }
 
 JitStats jit_stats() { return Runtime::instance().stats(); }

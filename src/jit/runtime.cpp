@@ -134,7 +134,8 @@ KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key, bool
   return b;
 }
 
-std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec) {
+std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec, bool* compiled_now) {
+  if (compiled_now != nullptr) *compiled_now = false;
   const bool sass_pass = spec.sass_pass && sass_pass_enabled_ && !options_.disable_sass_pass;
   const std::string map_key = spec.function + (sass_pass ? "|sass" : "|plain");
   std::shared_ptr<std::mutex> builder;
@@ -172,6 +173,7 @@ std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec) {
     ++disk_hits_;
   } else {
     ++compiles_;
+    if (compiled_now != nullptr) *compiled_now = true;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   binaries_[map_key] = result;

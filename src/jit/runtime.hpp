@@ -68,7 +68,8 @@ class Runtime {
   bool sass_pass_enabled() const { return sass_pass_enabled_; }
 
   /// Compiles or loads `spec` (no GPU needed). Thread-safe; concurrent requests for one kernel compile it once.
-  std::shared_ptr<const KernelBinary> binary(const KernelSpec& spec);
+  /// `compiled_now` (optional) tells whether this very call compiled it.
+  std::shared_ptr<const KernelBinary> binary(const KernelSpec& spec, bool* compiled_now = nullptr);
   /// The function of `binary` in the current context (loads the module on first use per context).
   CUfunction function(const KernelBinary& binary);
 

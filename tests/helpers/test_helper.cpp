@@ -24,6 +24,7 @@
 
 #include "common/hash.hpp"
 #include "jit/disk_cache.hpp"
+#include "jit/runtime.hpp"
 
 namespace {
 
@@ -133,6 +134,22 @@ extern "C" __global__ void scale_add(float* y, const float* x, float alpha, int 
   return 0;
 }
 
+// runtime-compile <cache_dir>: compiles the JIT smoke kernel through the library's runtime with that cache dir and
+// prints whether it compiled or hit the disk cache (used to check that a copied install hits the cache).
+int runtime_compile(int argc, char** argv) {
+  if (argc < 3) die("usage: runtime-compile <cache_dir>");
+  finegemm::jit::Options options;
+  options.cache_dir = argv[2];
+  finegemm::jit::Runtime runtime(options);
+  const finegemm::jit::KernelSpec spec{"finegemm/device/kernels/jit_smoke.cuh",
+                                       "finegemm::device::jit_smoke_kernel<1024u>", "(float*, const float*)", false};
+  const auto binary = runtime.binary(spec);
+  const auto stats = runtime.stats();
+  std::printf("compiled=%d disk_hits=%llu symbol=%s\n", binary->compiled ? 1 : 0,
+              static_cast<unsigned long long>(stats.disk_hits), binary->symbol.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,9 +157,10 @@ int main(int argc, char** argv) {
   try {
     if (mode == "cache-build") return cache_build(argc, argv);
     if (mode == "nvrtc-compile") return nvrtc_compile(argc, argv);
+    if (mode == "runtime-compile") return runtime_compile(argc, argv);
   } catch (const std::exception& e) {
     die(e.what());
   }
-  std::fprintf(stderr, "usage: finegemm_test_helper {cache-build|nvrtc-compile} ...\n");
+  std::fprintf(stderr, "usage: finegemm_test_helper {cache-build|nvrtc-compile|runtime-compile} ...\n");
   return 2;
 }

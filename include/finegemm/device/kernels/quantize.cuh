@@ -79,28 +79,30 @@ __global__ void __launch_bounds__(kQuantNumThreads) per_token_cast_kernel(const 
   static_assert(kQuantThreadsPerBlockRow * kQuantElemsPerThread == kQuantBlock, "16 threads cover one block row");
   static_assert(32 % kQuantThreadsPerBlockRow == 0, "a unit's threads sit in one warp");
 
-  // ---- Work split: unit = (group, row, k block), k block fastest --------------------------------------
-  const int64_t num_k_blocks = ceil_div<int64_t>(args.num_cols, kQuantBlock);
-  const int64_t num_units = int64_t(args.num_groups) * args.num_rows * num_k_blocks;
-  const int64_t unit_idx = int64_t(blockIdx.x) * kPerTokenUnitsPerCta + threadIdx.x / kQuantThreadsPerBlockRow;
+  // ---- Work split: unit = (group, row, k block), k block fastest (the host keeps unit indices below 2^31) ----------
+  const uint32_t num_k_blocks = ceil_div<uint32_t>(uint32_t(args.num_cols), kQuantBlock);
+  const uint32_t num_units = uint32_t(args.num_groups) * uint32_t(args.num_rows) * num_k_blocks;
+  const uint32_t unit_idx = blockIdx.x * kPerTokenUnitsPerCta + threadIdx.x / kQuantThreadsPerBlockRow;
   const uint32_t sub_idx = threadIdx.x % kQuantThreadsPerBlockRow;
   // NOTE: threads past the last unit carry on with zeros: every lane of the warp takes part in the shuffles.
   const bool unit_valid = unit_idx < num_units;
-  const int64_t k_block_idx = unit_idx % num_k_blocks;
-  const int64_t row_linear = unit_idx / num_k_blocks;  // group * rows + row
-  const int64_t group_idx = row_linear / args.num_rows;
-  const int64_t row_idx = row_linear % args.num_rows;
-  const int64_t col = k_block_idx * kQuantBlock + sub_idx * kQuantElemsPerThread;
-  const bool active = unit_valid && col < args.num_cols;
+  const uint32_t k_block_idx = unit_idx % num_k_blocks;
+  const uint32_t row_linear = unit_idx / num_k_blocks;  // group * rows + row
+  const uint32_t group_idx = args.num_groups == 1 ? 0 : row_linear / uint32_t(args.num_rows);
+  const uint32_t row_idx = row_linear - group_idx * uint32_t(args.num_rows);
+  const uint32_t col = k_block_idx * kQuantBlock + sub_idx * kQuantElemsPerThread;
+  const bool active = unit_valid && col < uint32_t(args.num_cols);
 
   // ---- Load and reduce the block's amax ----------------------------------------------------------
   float v[kQuantElemsPerThread] = {};
-  if (active) load_elements<kIsBF16>(args.x, group_idx * args.x_group_stride + row_idx * args.x_row_stride + col, v);
+  if (active)
+    load_elements<kIsBF16>(args.x, group_idx * args.x_group_stride + row_idx * args.x_row_stride + col, v);
   const float amax = lane_group_max<kQuantThreadsPerBlockRow>(abs_max(v, 0.0f));
   const float scale = block_scale(amax);
 
   // ---- Quantize and write ----------------------------------------------------------------------------
-  if (active) store_quantized(args.out + group_idx * args.out_group_stride + row_idx * args.out_row_stride + col, v, scale);
+  if (active)
+    store_quantized(args.out + group_idx * args.out_group_stride + row_idx * args.out_row_stride + col, v, scale);
   if (unit_valid && sub_idx == 0)
     args.scales[group_idx * args.scale_group_stride + row_idx * args.scale_row_stride +
                 k_block_idx * args.scale_k_block_stride] = scale;

@@ -1,0 +1,66 @@
+"""finegemm: FP8 GEMMs with fine-grained scaling for NVIDIA Hopper GPUs, on PyTorch tensors.
+
+The GEMMs and quantizers take torch tensors and run on the current CUDA stream (see ``finegemm.ops``). The queries
+and settings below need no PyTorch; the package imports without it, and the tensor functions then raise ImportError.
+"""
+
+from ._C import (
+    cache_dir,
+    device_error_flags,
+    get_m_alignment_for_contiguous_layout,
+    get_num_sms,
+    get_tma_aligned_size,
+    jit_stats,
+    reset_device_error_flags,
+    set_num_sms,
+)
+from ._C import version as _version
+
+__version__ = _version()
+
+_TENSOR_FUNCTIONS = (
+    "gemm_fp8_fp8_bf16_nt",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+    "per_token_cast_to_fp8",
+    "per_block_cast_to_fp8",
+    "get_col_major_tma_aligned_tensor",
+)
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as _error:  # the queries above still work
+    _TORCH_IMPORT_ERROR = str(_error)
+
+    def _needs_torch(name):
+        def function(*args, **kwargs):
+            raise ImportError(f"finegemm.{name} works on torch tensors, but PyTorch is not importable: "
+                              f"{_TORCH_IMPORT_ERROR}")
+
+        function.__name__ = name
+        return function
+
+    for _name in _TENSOR_FUNCTIONS:
+        globals()[_name] = _needs_torch(_name)
+    del _name
+else:
+    from .ops import (  # noqa: F401
+        gemm_fp8_fp8_bf16_nt,
+        get_col_major_tma_aligned_tensor,
+        m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
+        m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+        per_block_cast_to_fp8,
+        per_token_cast_to_fp8,
+    )
+
+__all__ = [
+    *_TENSOR_FUNCTIONS,
+    "set_num_sms",
+    "get_num_sms",
+    "get_m_alignment_for_contiguous_layout",
+    "get_tma_aligned_size",
+    "device_error_flags",
+    "reset_device_error_flags",
+    "jit_stats",
+    "cache_dir",
+]

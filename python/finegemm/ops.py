@@ -1,0 +1,188 @@
+"""finegemm's functions on torch tensors.
+
+Tensor conversion only: each tensor becomes a descriptor ``(data_ptr, dtype code, shape, strides)`` that the C++
+module ``finegemm._C`` turns into a ``finegemm::TensorView``; every rule about shapes, layouts and alignment is checked
+by the C++ library, whose errors arrive as ``TypeError`` (wrong dtype), ``ValueError`` (invalid or unsupported
+arguments) or ``RuntimeError`` (CUDA or compiler failures). Work is enqueued on the current CUDA stream of the current
+device, is asynchronous, and can be captured in a CUDA graph once each shape has run once (its first call compiles
+the kernel).
+"""
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "gemm_fp8_fp8_bf16_nt",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+    "per_token_cast_to_fp8",
+    "per_block_cast_to_fp8",
+    "get_col_major_tma_aligned_tensor",
+]
+
+# finegemm::DType values.
+_DTYPE_CODES = {torch.float8_e4m3fn: 0, torch.bfloat16: 1, torch.float32: 2, torch.int32: 3}
+_Tensor = torch.Tensor
+
+
+def _view(t, name):
+    """The descriptor of a CUDA tensor; TypeError / ValueError for what cannot cross at all."""
+    if not isinstance(t, _Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    code = _DTYPE_CODES.get(t.dtype)
+    if code is None:
+        raise TypeError(
+            f"{name} has dtype {t.dtype}; finegemm takes torch.float8_e4m3fn, torch.bfloat16, torch.float32 "
+            "and torch.int32 tensors"
+        )
+    if not t.is_cuda:
+        raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
+    return (t.data_ptr(), code, t.shape, t.stride())
+
+
+def _pair(operand, name):
+    try:
+        tensor, scales = operand
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a pair ({name}, {name}_scales)") from None
+    return tensor, scales
+
+
+try:  # the raw stream handle without building a torch.cuda.Stream object (a few microseconds less per call)
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+    _current_device = torch._C._cuda_getDevice
+
+    def _stream():
+        return _raw_stream(_current_device())
+
+except AttributeError:  # pragma: no cover - older or future torch without the private helpers
+
+    def _stream():
+        return torch.cuda.current_stream().cuda_stream
+
+
+# ---- GEMMs ----------------------------------------------------------------------------------------------------------
+
+
+def gemm_fp8_fp8_bf16_nt(lhs, rhs, out):
+    """``out = (lhs * lhs_scales) @ (rhs * rhs_scales).T`` in bf16.
+
+    Args:
+        lhs: ``(lhs, lhs_scales)``: fp8 ``[M, K]`` (K contiguous) and fp32 ``[M, ceil(K/128)]`` scales, one per row
+            per 128-wide K block. Scales in the MN-major TMA-aligned layout of ``get_col_major_tma_aligned_tensor``
+            (what ``per_token_cast_to_fp8`` returns) are read for free; K-major ``[M, KB]`` row-major works too.
+        rhs: ``(rhs, rhs_scales)``: fp8 ``[N, K]`` and fp32 ``[ceil(N/128), ceil(K/128)]`` (128x128 blocks).
+        out: bf16 ``[M, N]``, written.
+
+    N must be a multiple of 8 and K of 16; pointers 16-byte aligned.
+    """
+    a, sa = _pair(lhs, "lhs")
+    b, sb = _pair(rhs, "rhs")
+    _C.gemm_fp8_fp8_bf16_nt(
+        _view(a, "lhs"), _view(sa, "lhs_scales"), _view(b, "rhs"), _view(sb, "rhs_scales"), _view(out, "out"),
+        _stream())
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
+    """MoE grouped GEMM, contiguous layout: ``out[i] = lhs[i] @ rhs[m_indices[i]].T`` for each row i.
+
+    Args:
+        lhs: ``(lhs, lhs_scales)``: fp8 ``[M_sum, K]`` holding the rows of all experts back to back, each expert's
+            segment starting at a multiple of ``get_m_alignment_for_contiguous_layout()``; scales ``[M_sum, KB]``.
+        rhs: ``(rhs, rhs_scales)``: fp8 ``[G, N, K]`` and fp32 ``[G, ceil(N/128), KB]``.
+        out: bf16 ``[M_sum, N]``; padding rows are left untouched.
+        m_indices: int32 ``[M_sum]`` on the GPU: the expert of each row, -1 for padding rows.
+    """
+    a, sa = _pair(lhs, "lhs")
+    b, sb = _pair(rhs, "rhs")
+    _C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(
+        _view(a, "lhs"), _view(sa, "lhs_scales"), _view(b, "rhs"), _view(sb, "rhs_scales"), _view(out, "out"),
+        _view(m_indices, "m_indices"), _stream())
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
+    """MoE grouped GEMM, masked layout (decoding under CUDA graphs).
+
+    Args:
+        lhs: ``(lhs, lhs_scales)``: fp8 ``[G, M_max, K]`` and fp32 ``[G, M_max, KB]`` (MN-major per group, as
+            ``per_token_cast_to_fp8`` returns for a 3D input, or K-major).
+        rhs: ``(rhs, rhs_scales)``: fp8 ``[G, N, K]`` and fp32 ``[G, ceil(N/128), KB]``.
+        out: bf16 ``[G, M_max, N]``; only rows ``< masked_m[g]`` of group g are written.
+        masked_m: int32 ``[G]`` on the GPU (read by the kernel, so it may change between CUDA-graph replays).
+        expected_m: a host-side hint of the typical ``masked_m``, used only to choose the kernel configuration.
+    """
+    a, sa = _pair(lhs, "lhs")
+    b, sb = _pair(rhs, "rhs")
+    _C.m_grouped_gemm_fp8_fp8_bf16_nt_masked(
+        _view(a, "lhs"), _view(sa, "lhs_scales"), _view(b, "rhs"), _view(sb, "rhs_scales"), _view(out, "out"),
+        _view(masked_m, "masked_m"), expected_m, _stream())
+
+
+# ---- Layouts --------------------------------------------------------------------------------------------------------
+
+
+def _rank(x, name, ranks):
+    if not isinstance(x, _Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() not in ranks:
+        raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {tuple(x.shape)}")
+
+
+def _mn_major_scales(groups, rows, k_blocks, device):
+    """Uninitialized fp32 scales [G?, rows, k_blocks] in the MN-major TMA-aligned layout (groups None: 2D)."""
+    rows_pad = _C.get_tma_aligned_size(rows, 4)
+    if groups is None:
+        return torch.empty((k_blocks, rows_pad), dtype=torch.float32, device=device).t()[:rows]
+    return torch.empty((groups, k_blocks, rows_pad), dtype=torch.float32, device=device).transpose(1, 2)[:, :rows]
+
+
+def get_col_major_tma_aligned_tensor(x):
+    """fp32 scales ``[M, KB]`` (or ``[G, M, KB]``) in the MN-major TMA-aligned layout: element (m, kb) at
+    ``kb * M_pad + m`` with ``M_pad = get_tma_aligned_size(M, 4)`` (per group). Returns ``x`` itself when it is
+    already laid out so, a copy otherwise."""
+    _rank(x, "x", (2, 3))
+    if x.dtype != torch.float32:
+        raise TypeError(f"x must be torch.float32 scales, got {x.dtype}")
+    rows, k_blocks = x.shape[-2], x.shape[-1]
+    rows_pad = _C.get_tma_aligned_size(rows, 4)
+    aligned = x.stride(-2) == 1 and x.stride(-1) == rows_pad and (x.dim() == 2 or x.stride(0) == k_blocks * rows_pad)
+    if aligned or x.numel() == 0:
+        return x
+    out = _mn_major_scales(x.shape[0] if x.dim() == 3 else None, rows, k_blocks, x.device)
+    out.copy_(x)
+    return out
+
+
+# ---- Quantizers -----------------------------------------------------------------------------------------------------
+
+
+def per_token_cast_to_fp8(x):
+    """1x128 quantization of activations on the GPU: ``(fp8 [M, K], fp32 scales [M, ceil(K/128)])`` for a bf16 or
+    fp32 ``[M, K]`` input (``[G, M, K]`` gives ``[G, M, K]`` and ``[G, M, KB]``).
+
+    Per row and 128-wide K block: ``scale = max(amax, 2**-64) / 448`` and ``fp8 = e4m3(x / scale)`` (round to
+    nearest even, saturating). The scales come in the MN-major TMA-aligned layout, which the GEMMs read as they are.
+    K must be a multiple of 8; x K-contiguous.
+    """
+    _rank(x, "x", (2, 3))
+    vx = _view(x, "x")
+    rows, cols = x.shape[-2], x.shape[-1]
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    scales = _mn_major_scales(x.shape[0] if x.dim() == 3 else None, rows, (cols + 127) // 128, x.device)
+    _C.per_token_cast_to_fp8(vx, _view(out, "out"), _view(scales, "scales"), _stream())
+    return out, scales
+
+
+def per_block_cast_to_fp8(x):
+    """128x128 quantization of weights on the GPU: ``(fp8 [N, K], fp32 scales [ceil(N/128), ceil(K/128)])`` for a
+    bf16 or fp32 ``[N, K]`` input (``[G, N, K]`` gives ``[G, N, K]`` and ``[G, NB, KB]``), both row-major as the
+    GEMMs take them. Same rule as ``per_token_cast_to_fp8`` over 128x128 blocks; K must be a multiple of 8.
+    """
+    _rank(x, "x", (2, 3))
+    vx = _view(x, "x")
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    scale_shape = tuple(x.shape[:-2]) + ((x.shape[-2] + 127) // 128, (x.shape[-1] + 127) // 128)
+    scales = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
+    _C.per_block_cast_to_fp8(vx, _view(out, "out"), _view(scales, "scales"), _stream())
+    return out, scales

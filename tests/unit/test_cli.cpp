@@ -1,0 +1,88 @@
+// The CLI on the CPU: `finegemm warmup` compiles each kernel once when 4 processes share an empty cache, a copied
+// cache directory is hit without recompiling, and commands that need a GPU say so clearly.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string run(const std::string& cmd, int* status = nullptr) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int rc = p != nullptr ? pclose(p) : -1;
+  if (status != nullptr) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
+int compiled_count(const std::string& out) {
+  std::smatch m;
+  const std::regex re(R"((\d+) kernels compiled)");
+  return std::regex_search(out, m, re) ? std::stoi(m[1]) : -1;
+}
+
+fs::path temp_dir() {
+  char tmpl[] = "/tmp/finegemm-cli-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+const std::string kCli = FINEGEMM_CLI_PATH;
+
+}  // namespace
+
+TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path dir = temp_dir(), cache = dir / "cache";
+  std::ofstream(dir / "shapes.csv") << "kind,groups,m,n,k\nnormal,1,64,576,256\nnormal,1,64,2112,512\nmasked,4,64,576,256\n";
+  const std::string cmd = "FINEGEMM_CACHE_DIR=" + cache.string() + " " + kCli + " warmup --shapes " +
+                          (dir / "shapes.csv").string() + " --m-range 1:300 --sms 132 --jobs 1";
+  // Four processes at once, then a fifth on the warm cache.
+  std::string script = "(";
+  for (int i = 0; i < 4; ++i) script += cmd + " > " + (dir / ("out" + std::to_string(i))).string() + " 2>&1 & ";
+  script += "wait)";
+  int status = 0;
+  run(script, &status);
+  int total = 0;
+  for (int i = 0; i < 4; ++i) {
+    std::ifstream in(dir / ("out" + std::to_string(i)));
+    const std::string out((std::istreambuf_iterator<char>(in)), {});
+    const int c = compiled_count(out);
+    ASSERT_GE(c, 0) << out;
+    total += c;
+  }
+  const std::string again = run(cmd);
+  EXPECT_EQ(compiled_count(again), 0) << again;
+  // Distinct kernels = cache entries.
+  size_t entries = 0;
+  for (const auto& e : fs::recursive_directory_iterator(cache / "kernels"))
+    if (e.path().extension() == ".bin") ++entries;
+  EXPECT_GT(entries, 0u);
+  EXPECT_EQ(size_t(total), entries) << "each kernel compiled exactly once across the 4 processes";
+  // A copy of the cache at another path is hit without recompiling.
+  fs::copy(cache, dir / "copied", fs::copy_options::recursive);
+  const std::string copied = run("FINEGEMM_CACHE_DIR=" + (dir / "copied").string() + " " + kCli + " warmup --shapes " +
+                                 (dir / "shapes.csv").string() + " --m-range 1:300 --sms 132 --jobs 1");
+  EXPECT_EQ(compiled_count(copied), 0) << copied;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, GpuCommandsSayWhenThereIsNoGpu) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = 0;
+  const std::string out = run(kCli + " bench", &status);
+  if (out.find("no Hopper GPU present") == std::string::npos) GTEST_SKIP() << "a GPU is present: " << out.substr(0, 200);
+  EXPECT_EQ(status, 0);
+  const std::string usage = run(kCli + " frobnicate", &status);
+  EXPECT_EQ(status, 2);
+  EXPECT_NE(usage.find("usage: finegemm"), std::string::npos);
+}

@@ -1,0 +1,139 @@
+// The JIT runtime on the CPU: NVRTC compiles a real templated kernel for sm_90a into a cubin holding exactly that
+// kernel; the disk cache turns a second runtime's request into a hit, rebuilds a corrupt entry, and is hit from a copy
+// of the installed library in another directory.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "jit/compiler.hpp"
+#include "jit/runtime.hpp"
+#include "sass/elf.hpp"
+
+namespace fs = std::filesystem;
+namespace fj = finegemm::jit;
+
+namespace {
+
+const fj::KernelSpec kSmoke{"finegemm/device/kernels/jit_smoke.cuh", "finegemm::device::jit_smoke_kernel<1024u>",
+                            "(float*, const float*)", false};
+
+fs::path make_temp_dir() {
+  char tmpl[] = "/tmp/finegemm-jit-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+fj::Options options_with_cache(const fs::path& dir) {
+  fj::Options o;
+  o.cache_dir = dir.string();
+  return o;
+}
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  if (p != nullptr) pclose(p);
+  return out;
+}
+
+}  // namespace
+
+TEST(Jit, NvrtcCompilesExactlyTheRequestedKernelForSm90a) {
+  fj::Runtime runtime(options_with_cache(""));
+  const auto binary = runtime.binary(kSmoke);
+  ASSERT_TRUE(binary->compiled);
+  const auto image = finegemm::sass::parse_elf(std::span<const char>(binary->cubin.data(), binary->cubin.size()));
+  EXPECT_EQ(finegemm::sass::cubin_sm_version(image), 90);
+  ASSERT_EQ(image.code.size(), 1u) << "one explicit instantiation -> one kernel";
+  EXPECT_EQ(image.code[0].kernel, binary->symbol);
+  EXPECT_NE(binary->symbol.find("jit_smoke_kernel"), std::string::npos);
+  EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;
+  EXPECT_EQ(kSmoke.source(),
+            "#include \"finegemm/device/kernels/jit_smoke.cuh\"\ntemplate __global__ void "
+            "finegemm::device::jit_smoke_kernel<1024u>(float*, const float*);\n");
+}
+
+TEST(Jit, MissCompilesHitLoadsCorruptRebuilds) {
+  const fs::path dir = make_temp_dir();
+  {
+    fj::Runtime first(options_with_cache(dir));
+    EXPECT_TRUE(first.binary(kSmoke)->compiled);
+    EXPECT_EQ(first.stats().compiles, 1u);
+    EXPECT_TRUE(first.binary(kSmoke) == first.binary(kSmoke));  // in-memory map
+    EXPECT_GE(first.stats().memory_hits, 1u);
+  }
+  std::string key;
+  {
+    fj::Runtime second(options_with_cache(dir));
+    const auto b = second.binary(kSmoke);
+    EXPECT_FALSE(b->compiled);
+    EXPECT_EQ(second.stats().disk_hits, 1u);
+    EXPECT_EQ(second.stats().compiles, 0u);
+    key = b->key;
+  }
+  // Corrupt the entry: the next runtime rebuilds it, and the one after hits again.
+  const fs::path entry = dir / "kernels" / key.substr(0, 2) / (key + ".bin");
+  ASSERT_TRUE(fs::exists(entry)) << entry;
+  {
+    std::fstream f(entry, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(fs::file_size(entry) / 2));
+    f.put('\x5a');
+  }
+  {
+    fj::Runtime third(options_with_cache(dir));
+    EXPECT_TRUE(third.binary(kSmoke)->compiled);
+  }
+  {
+    fj::Runtime fourth(options_with_cache(dir));
+    EXPECT_FALSE(fourth.binary(kSmoke)->compiled);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Jit, CacheKeyIgnoresWhereTheLibraryIsInstalled) {
+  // Copy the helper program and libfinegemm.so to another directory; both copies must share cache entries.
+  const fs::path cache = make_temp_dir(), install = make_temp_dir();
+  const fs::path helper = FINEGEMM_TEST_HELPER;
+  const std::string first = run("\"" + helper.string() + "\" runtime-compile " + cache.string());
+  ASSERT_NE(first.find("compiled=1"), std::string::npos) << first;
+  const std::string ldd = run("ldd \"" + helper.string() + "\" | grep libfinegemm | awk '{print $3}'");
+  const fs::path lib = ldd.substr(0, ldd.find_first_of("\r\n"));
+  ASSERT_TRUE(fs::exists(lib)) << "libfinegemm not found via ldd: " << ldd;
+  fs::copy_file(helper, install / "helper");
+  fs::copy_file(lib, install / lib.filename());
+  const std::string second =
+      run("LD_LIBRARY_PATH=\"" + install.string() + "\" \"" + (install / "helper").string() + "\" runtime-compile " +
+          cache.string());
+  EXPECT_NE(second.find("compiled=0 disk_hits=1"), std::string::npos) << second;
+  fs::remove_all(cache);
+  fs::remove_all(install);
+}
+
+TEST(Jit, UnusableCacheDirectoryDegradesToMemory) {
+  const fs::path dir = make_temp_dir();
+  const fs::path file = dir / "not-a-dir";
+  std::ofstream(file) << "x";
+  fj::Runtime runtime(options_with_cache(file / "cache"));
+  EXPECT_TRUE(runtime.binary(kSmoke)->compiled);
+  EXPECT_EQ(runtime.cache_dir(), "");
+  fs::remove_all(dir);
+}
+
+TEST(Jit, UnknownCompilerBackendIsAClearError) {
+  fj::Options o = options_with_cache("");
+  o.compiler = "clang";
+  fj::Runtime runtime(o);
+  try {
+    runtime.binary(kSmoke);
+    ADD_FAILURE() << "expected an error";
+  } catch (const finegemm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FINEGEMM_JIT_COMPILER must be 'nvrtc' or 'nvcc'"), std::string::npos);
+  }
+}
