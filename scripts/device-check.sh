@@ -39,6 +39,19 @@ run_step gpu-tests 300 "$BUILD/tests/finegemm_gpu_tests" --gtest_color=no
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[overhead\]|^\[padding\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
 fi
 
+if [ "${FINEGEMM_SKIP_CHECK:-0}" != 1 ]; then
+  run_step check 120 "$BUILD/finegemm" check --cases 30 --seed 7
+  tail -n 1 "$OUT_DIR/check.log" | tee -a "$OUT_DIR/summary.txt"
+  # The checker must catch a corrupted output (exit 1).
+  timeout 60 "$BUILD/finegemm" check --cases 2 --corrupt > /dev/null 2>&1
+  summary "check --corrupt: rc=$? (1 expected)"
+  # Issue 5: warm-up of every DeepSeek-V3 shape for M in 1..8192, on an empty cache, all cores.
+  rm -rf /tmp/finegemm-warmup-cache
+  FINEGEMM_CACHE_DIR=/tmp/finegemm-warmup-cache timeout 300 "$BUILD/finegemm" warmup --m-range 1:8192 --sms 132 \
+    > "$OUT_DIR/warmup.log" 2>&1
+  summary "warmup (empty cache): rc=$? $(tail -n 1 "$OUT_DIR/warmup.log")"
+fi
+
 if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
   run_step bench 240 "$BUILD/finegemm" bench ${FINEGEMM_BENCH_ARGS:-}
   sed -n '/^kind /,$p' "$OUT_DIR/bench.log" >> "$OUT_DIR/summary.txt"
@@ -47,4 +60,5 @@ fi
 if [ "${FINEGEMM_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/sanitize.sh "$BUILD" "$OUT_DIR" | tee -a "$OUT_DIR/summary.txt"
 fi
-cat "$OUT_DIR/summary.txt" > /dev/null
+# At most 8 files come back from the device tool: keep the summary and the bench table, pack the rest.
+(cd "$OUT_DIR" && tar czf logs.tgz --exclude=summary.txt --exclude=bench.log --exclude=logs.tgz -- * && find . -maxdepth 1 -type f ! -name summary.txt ! -name bench.log ! -name logs.tgz -delete)

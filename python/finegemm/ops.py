@@ -28,17 +28,18 @@ _Tensor = torch.Tensor
 
 def _view(t, name):
     """The descriptor of a CUDA tensor; TypeError / ValueError for what cannot cross at all."""
-    if not isinstance(t, _Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    code = _DTYPE_CODES.get(t.dtype)
-    if code is None:
+    try:
+        code = _DTYPE_CODES[t.dtype]
+        if t.is_cuda:
+            return (t.data_ptr(), code, t.shape, t.stride())
+    except (AttributeError, KeyError, TypeError):
+        if not isinstance(t, _Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}") from None
         raise TypeError(
             f"{name} has dtype {t.dtype}; finegemm takes torch.float8_e4m3fn, torch.bfloat16, torch.float32 "
             "and torch.int32 tensors"
-        )
-    if not t.is_cuda:
-        raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
-    return (t.data_ptr(), code, t.shape, t.stride())
+        ) from None
+    raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
 
 
 def _pair(operand, name):

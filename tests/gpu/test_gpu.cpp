@@ -8,8 +8,11 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <atomic>
+#include <mutex>
 
 #include "finegemm/finegemm.hpp"
+#include "heuristics/heuristics.hpp"
 #include "jit/driver.hpp"
 #include "jit/runtime.hpp"
 #include "lib/device_buffer.hpp"
@@ -370,4 +373,91 @@ TEST_F(Gpu, SanitizerSmallCases) {
       const ft::Verdict v = run_and_check(p, k_major);
       EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
     }
+}
+
+TEST_F(Gpu, ColdCompileAndWarmLoadOfADenseKernel) {
+  // Issue 5's figures: cold NVRTC compile of one real GEMM kernel, then a fresh runtime finding it on disk.
+  char dir[] = "/tmp/finegemm-cold-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  fg::jit::Options options;
+  options.cache_dir = dir;
+  fg::Problem p;
+  p.m = 4096;
+  p.n = 7168;
+  p.k = 7168;
+  const std::string function = fg::heuristics::select_config(p, fg::get_num_sms()).kernel_function();
+  const fg::jit::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", function,
+                                 "(const __grid_constant__ finegemm::device::GemmArgs)", true};
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    fg::jit::Runtime cold(options);
+    ASSERT_TRUE(cold.binary(spec)->compiled);
+  }
+  const double cold_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fg::jit::Runtime warm(options);
+  t0 = std::chrono::steady_clock::now();
+  auto binary = warm.binary(spec);
+  const double lookup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  warm.current_device();
+  t0 = std::chrono::steady_clock::now();
+  warm.function(*binary);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(binary->compiled);
+  std::printf("[cold-start] %s: cold NVRTC compile %.3f s; warm lookup from disk %.3f ms; module load %.3f ms\n",
+              function.c_str(), cold_s, lookup_ms, load_ms);
+  EXPECT_LE(cold_s, 1.5);
+  EXPECT_LE(lookup_ms, 5.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(Gpu, ConcurrentThreadsWithTheirOwnStreams) {
+  // 8 host threads, each with its own stream, issuing random GEMMs of all kinds (first compiles included).
+  const double seconds = std::getenv("FINEGEMM_STRESS_SECONDS") ? std::atof(std::getenv("FINEGEMM_STRESS_SECONDS")) : 20.0;
+  std::atomic<int> calls{0}, failures{0};
+  std::mutex log_mutex;
+  std::vector<std::thread> threads;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      cudaStream_t stream;
+      FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      std::mt19937 rng(uint32_t(1000 + t));
+      const int64_t ms[] = {1, 63, 130, 512}, ns[] = {576, 2112, 4096}, ks[] = {256, 576, 2048};
+      while (std::chrono::steady_clock::now() < deadline) {
+        ft::ProblemShape s;
+        s.kind = GemmKind(rng() % 3);
+        s.groups = s.kind == GemmKind::kNormal ? 1 : int(1 + rng() % 4);
+        s.m = ms[rng() % 4];
+        s.n = ns[rng() % 3];
+        s.k = ks[rng() % 3];
+        ft::ProblemOptions opt;
+        opt.seed = rng();
+        try {
+          ft::GemmProblem p(s, opt);
+          const bool k_major = rng() % 2;
+          p.poison_output(stream);
+          p.run(k_major, stream);
+          FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+          const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), p.download_output());
+          ++calls;
+          if (!v.ok) {
+            ++failures;
+            std::lock_guard<std::mutex> lock(log_mutex);
+            std::printf("[threads] FAIL %s: %s\n", s.describe().c_str(), v.summary.c_str());
+          }
+        } catch (const std::exception& e) {
+          ++failures;
+          std::lock_guard<std::mutex> lock(log_mutex);
+          std::printf("[threads] exception %s: %s\n", s.describe().c_str(), e.what());
+        }
+      }
+      cudaStreamDestroy(stream);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const auto stats = fg::jit_stats();
+  std::printf("[threads] 8 threads for %.0f s: %d checked calls, %d failures, %llu kernels compiled in this process\n",
+              seconds, calls.load(), failures.load(), static_cast<unsigned long long>(stats.compiles));
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(calls.load(), 8);
 }
