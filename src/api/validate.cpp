@@ -136,6 +136,28 @@ void check_problem(const Problem& p) {
   }
 }
 
+namespace {
+
+/// A [rows, K], SA [rows, KB] and D [rows, N] of the 2D kinds (normal, contiguous); needs c.n and c.k set.
+void check_activations_2d(const TensorView& a, const TensorView& sa, const TensorView& d, const char* fn,
+                          const char* sa_shape, GemmCall& c) {
+  c.rows = c.a_rows = a.shape[0];
+  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", K of B is ", c.k));
+  check_n_k(c.n, c.k, fn);
+  const int64_t kb = ceil_div(c.k, 128);
+  c.lda = fp8_row_stride(a, 0, fn, "A");
+  expect_dims(sa, {c.rows, kb}, fn, "SA", sa_shape);
+  c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
+  check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
+  expect_aligned(a.data, 16, fn, "A");
+  expect_aligned(sa.data, 16, fn, "SA");
+  c.a = a.data;
+  c.sa = sa.data;
+  c.d = d.data;
+}
+
+}  // namespace
+
 GemmCall validate_normal(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d) {
   const char* fn = "gemm_fp8_fp8_bf16_nt";
@@ -144,26 +166,15 @@ GemmCall validate_normal(const TensorView& a, const TensorView& sa, const Tensor
   expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
   GemmCall c;
   c.kind = GemmKind::kNormal;
-  c.rows = c.a_rows = a.shape[0];
-  c.k = a.shape[1];
   c.n = b.shape[0];
-  FG_EXPECT(b.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
-  check_n_k(c.n, c.k, fn);
-  const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
-  c.lda = fp8_row_stride(a, 0, fn, "A");
+  c.k = b.shape[1];
+  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
+  check_activations_2d(a, sa, d, fn, "[M, ceil(K/128)]", c);
   FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
-  expect_dims(sa, {c.rows, kb}, fn, "SA", "[M, ceil(K/128)]");
-  c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
-  check_sb(sb, 1, nb, kb, fn, false);
-  check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
-  expect_aligned(a.data, 16, fn, "A");
+  check_sb(sb, 1, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, false);
   expect_aligned(b.data, 16, fn, "B");
-  expect_aligned(sa.data, 16, fn, "SA");
-  c.a = a.data;
-  c.sa = sa.data;
   c.b = b.data;
   c.sb = sb.data;
-  c.d = d.data;
   return c;
 }
 
@@ -176,26 +187,14 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
   GemmCall c;
   c.kind = GemmKind::kGroupedContiguous;
   check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
-  c.rows = c.a_rows = a.shape[0];
-  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
-  check_n_k(c.n, c.k, fn);
-  const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
-  c.lda = fp8_row_stride(a, 0, fn, "A");
-  expect_dims(sa, {c.rows, kb}, fn, "SA", "[M_sum, ceil(K/128)]");
-  c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
-  check_sb(sb, c.num_groups, nb, kb, fn, true);
-  check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
+  check_activations_2d(a, sa, d, fn, "[M_sum, ceil(K/128)]", c);
+  check_sb(sb, c.num_groups, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, true);
   FG_EXPECT(m_indices.shape[0] == c.rows && m_indices.strides[0] == 1, fn,
-         detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
-                        m_indices.describe()));
-  expect_aligned(a.data, 16, fn, "A");
-  expect_aligned(sa.data, 16, fn, "SA");
+            detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
+                           m_indices.describe()));
   expect_aligned(m_indices.data, 4, fn, "m_indices");
-  c.a = a.data;
-  c.sa = sa.data;
   c.b = b.data;
   c.sb = sb.data;
-  c.d = d.data;
   c.layout = m_indices.data;
   return c;
 }
