@@ -461,3 +461,54 @@ TEST_F(Gpu, ConcurrentThreadsWithTheirOwnStreams) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(calls.load(), 8);
 }
+
+TEST_F(Gpu, NanInputsPropagateToTheirRowOnly) {
+  // Documented behaviour: a NaN fp8 code (0x7F) in row r of A makes row r of D NaN; every other row is unchanged.
+  const auto s = shape(GemmKind::kNormal, 1, 130, 576, 512);
+  ft::ProblemOptions opt;
+  opt.seed = 21;
+  ft::GemmProblem p(s, opt);
+  p.poison_output(stream_);
+  p.run(false, stream_);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint16_t> clean = p.download_output();
+  const int64_t bad_row = 67;
+  const uint8_t nan_code = 0x7F;
+  FG_CUDA_CHECK(cudaMemcpy(p.a.as<uint8_t>() + bad_row * s.k + 5, &nan_code, 1, cudaMemcpyHostToDevice));
+  p.poison_output(stream_);
+  p.run(false, stream_);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::vector<uint16_t> out = p.download_output();
+  for (int64_t r = 0; r < s.m; ++r)
+    for (int64_t c = 0; c < s.n; ++c) {
+      const uint16_t v = out[size_t(r * s.n + c)];
+      if (r == bad_row) {
+        ASSERT_TRUE((v & 0x7F80) == 0x7F80 && (v & 0x7F) != 0) << "row " << r << " col " << c << " should be NaN";
+      } else {
+        ASSERT_EQ(v, clean[size_t(r * s.n + c)]) << "row " << r << " col " << c << " changed";
+      }
+    }
+}
+
+TEST_F(Gpu, HostAndForeignPointersAreRejectedBeforeAnyWrite) {
+  const auto s = shape(GemmKind::kNormal, 1, 64, 576, 256);
+  ft::ProblemOptions opt;
+  ft::GemmProblem p(s, opt);
+  p.poison_output(stream_);
+  std::vector<uint8_t> host_a(size_t(s.m * s.k), 0x38);
+  const int64_t kb = p.kb();
+  try {
+    fg::gemm_fp8_fp8_bf16_nt(fg::TensorView::contiguous(host_a.data(), fg::DType::kFloat8E4M3, {s.m, s.k}),
+                             fg::TensorView::contiguous(p.sa_k_major.get(), fg::DType::kFloat32, {s.m, kb}),
+                             fg::TensorView::contiguous(p.b.get(), fg::DType::kFloat8E4M3, {s.n, s.k}),
+                             fg::TensorView::contiguous(p.sb.get(), fg::DType::kFloat32, {p.nb(), kb}),
+                             fg::TensorView::contiguous(p.d.get(), fg::DType::kBFloat16, {s.m, s.n}),
+                             reinterpret_cast<fg::Stream>(stream_));
+    ADD_FAILURE() << "a host pointer for A was accepted";
+  } catch (const fg::Error& e) {
+    EXPECT_EQ(int(e.kind()), int(fg::Error::Kind::kInvalidArgument));
+    EXPECT_NE(std::string(e.what()).find("A is not device memory"), std::string::npos) << e.what();
+  }
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (uint16_t v : p.download_output()) ASSERT_EQ(v, ft::GemmProblem::kPoison);
+}
