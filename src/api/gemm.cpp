@@ -178,22 +178,25 @@ void launch(const LaunchPlan& plan, Stream stream) {
 
 class PlanCache {
  public:
-  const LaunchPlan& get(const GemmCall& call) {
+  std::shared_ptr<const LaunchPlan> get(const GemmCall& call) {
     Runtime& rt = Runtime::instance();
     const int device = rt.current_device();
     const int num_sms = rt.num_sms(device);
     const PlanKey key = make_key(call, device, num_sms);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+      if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     }
     // First call with these pointers and shapes: check where the pointers live, then build.
     check_device_arch(device);
     check_device_pointers(call, device);
     std::unique_ptr<LaunchPlan> plan = build_plan(call, device, num_sms);
     std::lock_guard<std::mutex> lock(mutex_);
+    // Plans are keyed by pointers: bound the map for callers that never reuse buffers (a plan rebuilds in
+    // microseconds once its kernel is loaded; callers hold shared pointers, so clearing is safe).
+    if (plans_.size() >= kMaxPlans) plans_.clear();
     auto [it, inserted] = plans_.emplace(key, std::move(plan));
-    return *it->second;
+    return it->second;
   }
 
  private:
@@ -204,8 +207,9 @@ class PlanCache {
           " (", info.name, ") is ", info.major, ".", info.minor);
   }
 
+  static constexpr size_t kMaxPlans = 4096;
   std::mutex mutex_;
-  std::unordered_map<PlanKey, std::unique_ptr<LaunchPlan>, PlanKeyHash> plans_;
+  std::unordered_map<PlanKey, std::shared_ptr<const LaunchPlan>, PlanKeyHash> plans_;
 };
 
 PlanCache& plan_cache() {
@@ -215,7 +219,7 @@ PlanCache& plan_cache() {
 
 void run(const GemmCall& call, Stream stream) {
   if (call.rows == 0 || call.num_groups == 0) return;  // nothing to compute
-  launch(plan_cache().get(call), stream);
+  launch(*plan_cache().get(call), stream);
 }
 
 }  // namespace

@@ -57,11 +57,12 @@ std::vector<ProblemShape> parse_shapes(const std::string& text, const std::strin
     if (cells.size() < 5) throw std::runtime_error(where + ": expected kind,groups,m,n,k");
     ProblemShape s;
     s.kind = parse_kind(cells[0], where);
-    s.groups = int(parse_int(cells[1], where));
+    const int64_t groups = parse_int(cells[1], where);  // range-checked before narrowing (found by fuzz_shapes)
     s.m = parse_int(cells[2], where);
     s.n = parse_int(cells[3], where);
     s.k = parse_int(cells[4], where);
-    if (s.groups < 1 || s.groups > 65536) throw std::runtime_error(where + ": groups must be in 1..65536");
+    if (groups < 1 || groups > 65536) throw std::runtime_error(where + ": groups must be in 1..65536");
+    s.groups = int(groups);
     if (s.n == 0 || s.k == 0 || s.m > (int64_t(1) << 31) || s.n > (int64_t(1) << 31) || s.k > (int64_t(1) << 31))
       throw std::runtime_error(where + ": sizes out of range");
     if (s.kind == GemmKind::kNormal && s.groups != 1) throw std::runtime_error(where + ": normal GEMMs have groups=1");
@@ -138,7 +139,7 @@ std::string find_data_file(const std::string& relative) {
   }
   roots.push_back(fs::current_path());
   for (const auto& root : roots) {
-    for (const fs::path candidate : {root / relative, root / "share" / "finegemm" / relative}) {
+    for (const fs::path& candidate : {root / relative, root / "share" / "finegemm" / relative}) {
       if (fs::exists(candidate)) return candidate.string();
     }
   }
