@@ -75,6 +75,8 @@ void translate_error(const std::exception_ptr& p, void*) {
 
 }  // namespace
 
+// NOTE: the calls keep the GIL: a warm call takes a few microseconds, less than releasing and re-taking the GIL
+// costs when other Python threads exist; only a shape's first call (a JIT compile or cache load) holds it longer.
 NB_MODULE(_C, m) {
   m.doc() = "finegemm's C++ API on tensor descriptors; use the functions of the finegemm package instead.";
   nb::register_exception_translator(translate_error);
@@ -85,7 +87,6 @@ NB_MODULE(_C, m) {
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, uintptr_t stream) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out");
-        nb::gil_scoped_release release;
         finegemm::gemm_fp8_fp8_bf16_nt(va, vsa, vb, vsb, vd, to_stream(stream));
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"), nb::arg("stream"));
@@ -96,7 +97,6 @@ NB_MODULE(_C, m) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
                                    vm = to_view(m_indices, "m_indices");
-        nb::gil_scoped_release release;
         finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, to_stream(stream));
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
@@ -108,7 +108,6 @@ NB_MODULE(_C, m) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
                                    vm = to_view(masked_m, "masked_m");
-        nb::gil_scoped_release release;
         finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_masked(va, vsa, vb, vsb, vd, vm, expected_m, to_stream(stream));
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
@@ -119,7 +118,6 @@ NB_MODULE(_C, m) {
       "per_token_cast_to_fp8",
       [](nb::handle x, nb::handle out, nb::handle scales, uintptr_t stream) {
         const finegemm::TensorView vx = to_view(x, "x"), vo = to_view(out, "out"), vs = to_view(scales, "scales");
-        nb::gil_scoped_release release;
         finegemm::per_token_cast_to_fp8(vx, vo, vs, to_stream(stream));
       },
       nb::arg("x"), nb::arg("out"), nb::arg("scales"), nb::arg("stream"));
@@ -127,7 +125,6 @@ NB_MODULE(_C, m) {
       "per_block_cast_to_fp8",
       [](nb::handle x, nb::handle out, nb::handle scales, uintptr_t stream) {
         const finegemm::TensorView vx = to_view(x, "x"), vo = to_view(out, "out"), vs = to_view(scales, "scales");
-        nb::gil_scoped_release release;
         finegemm::per_block_cast_to_fp8(vx, vo, vs, to_stream(stream));
       },
       nb::arg("x"), nb::arg("out"), nb::arg("scales"), nb::arg("stream"));

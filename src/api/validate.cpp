@@ -91,7 +91,7 @@ void check_sb(const TensorView& sb, int groups, int64_t nb, int64_t kb, const ch
   expect_tensor(sb, fn, "SB", DType::kFloat32, grouped ? 3 : 2);
   if (grouped) {
     expect_dims(sb, {groups, nb, kb}, fn, "SB", "[G, ceil(N/128), ceil(K/128)]");
-    FG_EXPECT(sb.strides[2] == 1 && sb.strides[1] == kb && sb.strides[0] == nb * kb, fn,
+    FG_EXPECT(sb.strides[2] == 1 && sb.strides[1] == kb && (sb.strides[0] == nb * kb || groups == 1), fn,
            detail::concat("SB must be contiguous, got ", sb.describe()));
   } else {
     expect_dims(sb, {nb, kb}, fn, "SB", "[ceil(N/128), ceil(K/128)]");
@@ -117,7 +117,7 @@ void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, c
   *k = b.shape[2];
   FG_EXPECT(*groups >= 1 && *groups <= kMaxGroups, fn,
          detail::concat("B must hold 1..", kMaxGroups, " groups, got ", b.describe()));
-  FG_EXPECT(b.strides[2] == 1 && b.strides[1] == *k && b.strides[0] == *n * *k, fn,
+  FG_EXPECT(b.strides[2] == 1 && b.strides[1] == *k && (b.strides[0] == *n * *k || *groups == 1), fn,
          detail::concat("B [G, N, K] must be contiguous, got ", b.describe()));
   FG_EXPECT(*n * *groups <= kMaxDim, fn, "G * N exceeds 2^31 - 1");
   expect_aligned(b.data, 16, fn, "B");
@@ -219,21 +219,22 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   FG_EXPECT(c.a_rows <= kMaxDim, fn, "G * M_max exceeds 2^31 - 1");
   c.expected_m = expected_m;
   c.lda = fp8_row_stride(a, 1, fn, "A");
-  FG_EXPECT(a.strides[0] == c.rows * a.strides[1], fn,
+  FG_EXPECT(a.strides[0] == c.rows * a.strides[1] || c.num_groups == 1, fn,
          detail::concat("A groups must be back to back (stride[0] == M_max * stride[1]), got ", a.describe()));
   expect_dims(sa, {c.num_groups, c.rows, kb}, fn, "SA", "[G, M_max, ceil(K/128)]");
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
   if (c.sa_k_major) {
-    FG_EXPECT(sa.strides[0] == c.rows * sa.strides[1], fn,
+    FG_EXPECT(sa.strides[0] == c.rows * sa.strides[1] || c.num_groups == 1, fn,
            detail::concat("K-major SA groups must be back to back (stride[0] == M_max * stride[1]), got ",
                           sa.describe()));
   } else {
-    FG_EXPECT(sa.strides[0] == kb * sa.strides[2], fn,
+    FG_EXPECT(sa.strides[0] == kb * sa.strides[2] || c.num_groups == 1, fn,
            detail::concat("MN-major SA groups must be back to back (stride[0] == KB * M_pad), got ", sa.describe()));
   }
   check_sb(sb, c.num_groups, nb, kb, fn, true);
   expect_dims(d, {c.num_groups, c.rows, c.n}, fn, "D", "[G, M_max, N]");
-  FG_EXPECT(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 && d.strides[0] == c.rows * d.strides[1],
+  FG_EXPECT(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 &&
+                (d.strides[0] == c.rows * d.strides[1] || c.num_groups == 1),
          fn,
          detail::concat("D must be [G, M_max, N] with N-contiguous rows (row stride a multiple of 8) and groups back "
                         "to back, got ",
