@@ -50,6 +50,27 @@ def _pair(operand, name):
     return tensor, scales
 
 
+def _gemm(fn, lhs, rhs, tensors, names, *extra):
+    """Calls `fn` with the descriptors of (lhs, lhs_scales, rhs, rhs_scales, *tensors). The fast path skips per-tensor
+    Python checks: the C++ library validates everything, and a non-CUDA tensor is caught there (its pointer is not
+    device memory), after which the precise Python error is raised instead."""
+    try:
+        a, sa = lhs
+        b, sb = rhs
+        views = [(t.data_ptr(), _DTYPE_CODES[t.dtype], t.shape, t.stride()) for t in (a, sa, b, sb, *tensors)]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        a, sa = _pair(lhs, "lhs")
+        b, sb = _pair(rhs, "rhs")
+        views = [_view(t, n) for t, n in zip((a, sa, b, sb, *tensors), ("lhs", "lhs_scales", "rhs", "rhs_scales", *names))]
+    try:
+        fn(*views, *extra, _stream())
+    except ValueError as e:
+        if "is not device memory" in str(e):
+            for t, n in zip((a, sa, b, sb, *tensors), ("lhs", "lhs_scales", "rhs", "rhs_scales", *names)):
+                _view(t, n)  # raises "<name> must be a CUDA tensor"
+        raise
+
+
 try:  # the raw stream handle without building a torch.cuda.Stream object (a few microseconds less per call)
     _raw_stream = torch._C._cuda_getCurrentRawStream
     _current_device = torch._C._cuda_getDevice
@@ -78,11 +99,7 @@ def gemm_fp8_fp8_bf16_nt(lhs, rhs, out):
 
     N must be a multiple of 8 and K of 16; pointers 16-byte aligned.
     """
-    a, sa = _pair(lhs, "lhs")
-    b, sb = _pair(rhs, "rhs")
-    _C.gemm_fp8_fp8_bf16_nt(
-        _view(a, "lhs"), _view(sa, "lhs_scales"), _view(b, "rhs"), _view(sb, "rhs_scales"), _view(out, "out"),
-        _stream())
+    _gemm(_C.gemm_fp8_fp8_bf16_nt, lhs, rhs, (out,), ("out",))
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
@@ -95,11 +112,7 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
         out: bf16 ``[M_sum, N]``; padding rows are left untouched.
         m_indices: int32 ``[M_sum]`` on the GPU: the expert of each row, -1 for padding rows.
     """
-    a, sa = _pair(lhs, "lhs")
-    b, sb = _pair(rhs, "rhs")
-    _C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(
-        _view(a, "lhs"), _view(sa, "lhs_scales"), _view(b, "rhs"), _view(sb, "rhs_scales"), _view(out, "out"),
-        _view(m_indices, "m_indices"), _stream())
+    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, lhs, rhs, (out, m_indices), ("out", "m_indices"))
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
@@ -113,11 +126,7 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
         masked_m: int32 ``[G]`` on the GPU (read by the kernel, so it may change between CUDA-graph replays).
         expected_m: a host-side hint of the typical ``masked_m``, used only to choose the kernel configuration.
     """
-    a, sa = _pair(lhs, "lhs")
-    b, sb = _pair(rhs, "rhs")
-    _C.m_grouped_gemm_fp8_fp8_bf16_nt_masked(
-        _view(a, "lhs"), _view(sa, "lhs_scales"), _view(b, "rhs"), _view(sb, "rhs_scales"), _view(out, "out"),
-        _view(masked_m, "masked_m"), expected_m, _stream())
+    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_masked, lhs, rhs, (out, masked_m), ("out", "masked_m"), expected_m)
 
 
 # ---- Layouts --------------------------------------------------------------------------------------------------------
