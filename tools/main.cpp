@@ -23,6 +23,10 @@
 #include "lib/gemm_problem.hpp"
 #include "lib/shapes.hpp"
 #include "lib/timing.hpp"
+#include "reference/reference.hpp"
+#include "sass/ffma_interleave.hpp"
+#include "heuristics/heuristics.hpp"
+#include <fstream>
 
 namespace fg = finegemm;
 namespace ft = finegemm::tools;
@@ -68,10 +72,14 @@ int usage() {
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes)\n"
-      "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt]\n"
-      "          correctness sweep over random and awkward shapes; exits 1 on the first failure\n"
+      "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
+      "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
+      "          output element (the checker must fail); --cpu checks the checker without a GPU\n"
       "  warmup  (--shapes FILE | --n N1,N2 --k K1,K2 [--groups G] [--kind normal]) [--m-range 1:8192]\n"
       "          [--sms 132] [--jobs J]   compile ahead of time every kernel the heuristic picks (no GPU needed)\n"
+      "  sass    (CUBIN_FILE | --m M --n N --k K [--kind normal|contiguous|masked] [--groups G] [--sa mn|k] [--sms 132])\n"
+      "          show the FFMA runs of a kernel (a cubin, or the one the heuristic picks, from the cache) and what\n"
+      "          the FFMA interleave pass would change\n"
       "  info    print the device, the options and the cache\n");
   return 2;
 }
@@ -225,7 +233,43 @@ int cmd_bench(const Args& args) {
 
 // ---- check ---------------------------------------------------------------------------------------------------------
 
+// The checker itself, without a GPU: the "kernel output" is the CPU reference rounded to bf16 (what a correct kernel
+// returns up to rounding); --corrupt flips one element, and the checker must then exit 1.
+int cmd_check_cpu(const Args& args) {
+  namespace ref = fg::reference;
+  const uint64_t seed = uint64_t(args.get_int("seed", 1));
+  const int cases = int(args.get_int("cases", 6));
+  const bool corrupt = args.has("corrupt");
+  std::mt19937_64 rng(seed);
+  const int64_t ms[] = {1, 7, 65}, ns[] = {64, 576}, ks[] = {128, 576};
+  for (int c = 0; c < cases; ++c) {
+    const int64_t m = ms[rng() % 3], n = ns[rng() % 2], k = ks[rng() % 2], kb = (k + 127) / 128, nb = (n + 127) / 128;
+    std::vector<uint8_t> a(size_t(m * k)), b(size_t(n * k));
+    std::vector<float> sa(size_t(m * kb)), sb(size_t(nb * kb));
+    ref::fill_random_fp8(a, seed * 100 + uint64_t(c));
+    ref::fill_random_fp8(b, seed * 100 + uint64_t(c) + 50);
+    ref::fill_random_scales(sa, seed * 7 + uint64_t(c));
+    ref::fill_random_scales(sb, seed * 11 + uint64_t(c));
+    std::vector<double> abs_sum;
+    const std::vector<double> d = ref::gemm_nt_reference(a.data(), sa.data(), b.data(), sb.data(), m, n, k, &abs_sum);
+    std::vector<uint16_t> out(d.size());
+    for (size_t i = 0; i < d.size(); ++i) out[i] = ref::double_to_bf16(d[i]);
+    if (corrupt) out[size_t(rng() % out.size())] ^= 0x4000;
+    const ref::CheckResult r = ref::check_bf16_output(out.data(), n, d.data(), abs_sum.data(), m, n);
+    std::printf("case %d  cpu M=%lld N=%lld K=%lld  %s\n", c, (long long)m, (long long)n, (long long)k,
+                r.ok ? "ok" : r.summary().c_str());
+    if (!r.ok) {
+      std::printf("FAILED. Replay: finegemm check --cpu --seed %llu --cases %d%s\n", (unsigned long long)seed, c + 1,
+                  corrupt ? " --corrupt" : "");
+      return 1;
+    }
+  }
+  std::printf("%d passed, 0 failed\n", cases);
+  return 0;
+}
+
 int cmd_check(const Args& args) {
+  if (args.has("cpu")) return cmd_check_cpu(args);
   if (!hopper_or_explain()) return 0;
   const uint64_t seed = uint64_t(args.get_int("seed", 1));
   const int cases = int(args.get_int("cases", 40));
@@ -342,6 +386,41 @@ int cmd_warmup(const Args& args) {
   return 0;
 }
 
+// ---- sass --------------------------------------------------------------------------------------------------------
+
+int cmd_sass(const Args& args) {
+  std::vector<char> cubin;
+  std::string what;
+  if (!args.positional.empty()) {
+    std::ifstream in(args.positional[0], std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + args.positional[0]);
+    cubin.assign(std::istreambuf_iterator<char>(in), {});
+    what = args.positional[0];
+  } else {
+    if (!args.has("n") || !args.has("k")) return usage();
+    ft::ProblemShape s;
+    const std::string kind = args.get("kind", "normal");
+    s.kind = kind == "normal" ? fg::GemmKind::kNormal
+                              : (kind == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
+    s.groups = int(args.get_int("groups", 1));
+    s.m = args.get_int("m", 4096);
+    s.n = args.get_int("n", 0);
+    s.k = args.get_int("k", 0);
+    const fg::Problem p = ft::problem_of(s, args.get("sa", "mn") == "k");
+    const auto config = fg::heuristics::select_config(p, int(args.get_int("sms", 132)));
+    // The kernel as the JIT caches it without the pass, so the report shows what the pass would change.
+    fg::jit::Runtime::instance().set_sass_pass_enabled(false);
+    const auto binary = fg::jit::Runtime::instance().binary(
+        {"finegemm/device/kernels/sm90_fp8_gemm.cuh", config.kernel_function(),
+         "(const __grid_constant__ finegemm::device::GemmArgs)", true});
+    cubin.assign(binary->cubin.begin(), binary->cubin.end());
+    what = config.kernel_function() + " (" + config.describe() + "), cache key " + binary->key;
+  }
+  const fg::sass::InterleaveReport report = fg::sass::analyze_ffma(cubin, fg::sass::InterleaveOptions{});
+  std::printf("%s\n%s\n", what.c_str(), report.to_string().c_str());
+  return 0;
+}
+
 int cmd_info() {
   std::printf("finegemm %s\noptions: %s\ncache: %s\n", fg::version(),
               fg::jit::Runtime::instance().options().describe().c_str(),
@@ -368,6 +447,7 @@ int main(int argc, char** argv) {
     if (cmd == "check") return cmd_check(args);
     if (cmd == "warmup") return cmd_warmup(args);
     if (cmd == "info") return cmd_info();
+    if (cmd == "sass") return cmd_sass(args);
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       usage();
       return 0;

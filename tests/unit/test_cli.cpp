@@ -86,3 +86,28 @@ TEST(Cli, GpuCommandsSayWhenThereIsNoGpu) {
   EXPECT_EQ(status, 2);
   EXPECT_NE(usage.find("usage: finegemm"), std::string::npos);
 }
+
+TEST(Cli, CheckFailsOnACorruptedOutput) {
+  // The checker and its exit code, on the CPU (scripts/device-check.sh runs the GPU version with --corrupt too).
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string good = run(kCli + " check --cpu --cases 4 --seed 3", &status);
+  EXPECT_EQ(status, 0) << good;
+  EXPECT_NE(good.find("4 passed, 0 failed"), std::string::npos) << good;
+  const std::string bad = run(kCli + " check --cpu --cases 4 --seed 3 --corrupt", &status);
+  EXPECT_EQ(status, 1) << bad;
+  EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 3 --cases 1 --corrupt"), std::string::npos) << bad;
+}
+
+TEST(Cli, SassShowsTheFfmaRunsOfTheChosenKernel) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path dir = temp_dir();
+  int status = -1;
+  const std::string out =
+      run("FINEGEMM_CACHE_DIR=" + dir.string() + " " + kCli + " sass --m 4096 --n 2112 --k 7168", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("sm90_fp8_gemm_kernel<0, 2112u, 7168u"), std::string::npos) << out;
+  EXPECT_NE(out.find("FFMA interleave (pass v1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("FFMAs,"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
