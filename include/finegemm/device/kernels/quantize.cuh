@@ -61,12 +61,24 @@ FG_DEVICE float lane_group_max(float value) {
 FG_DEVICE float block_scale(float amax) { return __fdiv_rn(fmaxf(amax, kQuantMinAmax), kE4M3Max); }
 
 /// Writes e4m3(v[i] / scale) for the 8 elements, element 0 at the lowest address.
+/// x / scale, correctly rounded, given reciprocal = RN(1 / scale): q0 = RN(x * r) is within 1 ulp, the residual
+/// x - q0 * scale is exact in one FMA, and RN(q0 + residual * r) is the correctly rounded quotient (Markstein) while
+/// nothing underflows; a quotient that small rounds to e4m3 zero either way. 3 instructions instead of a full
+/// IEEE division per element.
+FG_DEVICE float divide_rn(float x, float scale, float reciprocal) {
+  const float q0 = __fmul_rn(x, reciprocal);
+  const float residual = __fmaf_rn(-q0, scale, x);
+  return residual == 0.0f ? q0 : __fmaf_rn(residual, reciprocal, q0);  // an exact q0 keeps its sign (x = -0)
+}
+
 FG_DEVICE void store_quantized(uint8_t* ptr, const float (&v)[kQuantElemsPerThread], float scale) {
+  const float reciprocal = __frcp_rn(scale);
   uint32_t packed[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const uint16_t lo = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i], scale), __fdiv_rn(v[4 * i + 1], scale));
-    const uint16_t hi = ptx::cvt_e4m3x2(__fdiv_rn(v[4 * i + 2], scale), __fdiv_rn(v[4 * i + 3], scale));
+    const uint16_t lo = ptx::cvt_e4m3x2(divide_rn(v[4 * i], scale, reciprocal), divide_rn(v[4 * i + 1], scale, reciprocal));
+    const uint16_t hi =
+        ptx::cvt_e4m3x2(divide_rn(v[4 * i + 2], scale, reciprocal), divide_rn(v[4 * i + 3], scale, reciprocal));
     packed[i] = uint32_t(lo) | (uint32_t(hi) << 16);
   }
   ptx::st_global_v2_b32(ptr, packed[0], packed[1]);
