@@ -52,8 +52,8 @@ def _pair(operand, name):
 
 def _gemm(fn, lhs, rhs, tensors, names, *extra):
     """Calls `fn` with the descriptors of (lhs, lhs_scales, rhs, rhs_scales, *tensors). The fast path skips per-tensor
-    Python checks: the C++ library validates everything, and a non-CUDA tensor is caught there (its pointer is not
-    device memory), after which the precise Python error is raised instead."""
+    Python checks: the C++ library validates everything; when the call fails, the per-tensor checks run before the
+    error is re-raised, so a CPU tensor is reported as such."""
     try:
         a, sa = lhs
         b, sb = rhs
@@ -64,10 +64,10 @@ def _gemm(fn, lhs, rhs, tensors, names, *extra):
         views = [_view(t, n) for t, n in zip((a, sa, b, sb, *tensors), ("lhs", "lhs_scales", "rhs", "rhs_scales", *names))]
     try:
         fn(*views, *extra, _stream())
-    except ValueError as e:
-        if "is not device memory" in str(e):
-            for t, n in zip((a, sa, b, sb, *tensors), ("lhs", "lhs_scales", "rhs", "rhs_scales", *names)):
-                _view(t, n)  # raises "<name> must be a CUDA tensor"
+    except (ValueError, RuntimeError):
+        # A CPU tensor fails in the C++ pointer check or, without a GPU, already in the stream query: name it.
+        for t, n in zip((a, sa, b, sb, *tensors), ("lhs", "lhs_scales", "rhs", "rhs_scales", *names)):
+            _view(t, n)  # raises "<name> must be a CUDA tensor"
         raise
 
 
