@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/validate.hpp"
 #include "common/error.hpp"
 #include "finegemm/device/common/quantize_args.cuh"
 #include "finegemm/finegemm.hpp"
@@ -154,24 +155,10 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
 /// Every tensor of the call is device memory of the current device (checked on every call: outputs are usually
 /// fresh allocations, so there is no pointer set worth caching).
 void check_device_pointers(const QuantizeLaunch& launch, int device) {
-  const jit::DriverApi& cu = driver();
-  const struct {
-    const void* ptr;
-    const char* name;
-  } tensors[] = {{launch.args.x, "x"}, {launch.args.out, "out"}, {launch.args.scales, "scales"}};
-  for (const auto& t : tensors) {
-    CUmemorytype type{};
-    int ordinal = -1;
-    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-    void* values[] = {&type, &ordinal};
-    const CUresult r = cu.cuPointerGetAttributes(2, attrs, values, CUdeviceptr(reinterpret_cast<uintptr_t>(t.ptr)));
-    const bool on_device = r == CUDA_SUCCESS && (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED);
-    check(on_device, Error::Kind::kInvalidArgument, function_name(launch.kind), t.name, " is not device memory (",
-          t.ptr, "): pass tensors allocated on the GPU");
-    check(ordinal == device, Error::Kind::kInvalidArgument, function_name(launch.kind), t.name, " lives on device ",
-          ordinal, " but the current device is ", device,
-          ": make the tensors' device current (cudaSetDevice / torch.cuda.device)");
-  }
+  const char* where = function_name(launch.kind);
+  check_device_pointer(launch.args.x, "x", device, where);
+  check_device_pointer(launch.args.out, "out", device, where);
+  check_device_pointer(launch.args.scales, "scales", device, where);
 }
 
 /// The quantizer kernels, compiled (or loaded from the cache) once per variant, their functions kept per context.

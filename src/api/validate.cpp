@@ -256,26 +256,27 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   return c;
 }
 
+void check_device_pointer(const void* ptr, const char* name, int device, const char* where) {
+  CUmemorytype type{};
+  int ordinal = -1;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  void* values[] = {&type, &ordinal};
+  const CUresult r =
+      jit::driver().cuPointerGetAttributes(2, attrs, values, CUdeviceptr(reinterpret_cast<uintptr_t>(ptr)));
+  const bool on_device = r == CUDA_SUCCESS && (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED);
+  check(on_device, Error::Kind::kInvalidArgument, where, name, " is not device memory (", ptr,
+        "): pass tensors allocated on the GPU");
+  check(ordinal == device, Error::Kind::kInvalidArgument, where, name, " lives on device ", ordinal,
+        " but the current device is ", device, ": make the tensors' device current (cudaSetDevice / torch.cuda.device)");
+}
+
 void check_device_pointers(const GemmCall& c, int device) {
-  const jit::DriverApi& cu = jit::driver();
   const struct {
     const void* ptr;
     const char* name;
   } tensors[] = {{c.a, "A"}, {c.sa, "SA"}, {c.b, "B"}, {c.sb, "SB"}, {c.d, "D"}, {c.layout, "m_indices/masked_m"}};
-  for (const auto& t : tensors) {
-    if (t.ptr == nullptr) continue;
-    CUmemorytype type{};
-    int ordinal = -1;
-    CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
-    void* values[] = {&type, &ordinal};
-    const CUresult r = cu.cuPointerGetAttributes(2, attrs, values, CUdeviceptr(reinterpret_cast<uintptr_t>(t.ptr)));
-    const bool on_device = r == CUDA_SUCCESS && (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED);
-    check(on_device, Error::Kind::kInvalidArgument, "gemm",
-          detail::concat(t.name, " is not device memory (", t.ptr, "): pass tensors allocated on the GPU"));
-    check(ordinal == device, Error::Kind::kInvalidArgument, "gemm",
-          detail::concat(t.name, " lives on device ", ordinal, " but the current device is ", device,
-                         ": make the tensors' device current (cudaSetDevice / torch.cuda.device)"));
-  }
+  for (const auto& t : tensors)
+    if (t.ptr != nullptr) check_device_pointer(t.ptr, t.name, device, "gemm");
 }
 
 }  // namespace finegemm

@@ -35,6 +35,9 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
 /// Shape rules shared with is_supported(): N % 8, K % 16, positive sizes, group counts.
 void check_problem(const Problem& problem);
 
+/// `ptr` is device memory of `device` (throws Error(kInvalidArgument) from `where`, naming the tensor, otherwise).
+void check_device_pointer(const void* ptr, const char* name, int device, const char* where);
+
 /// Every pointer of the call is device memory of `device` (throws naming the tensor otherwise).
 void check_device_pointers(const GemmCall& call, int device);
 

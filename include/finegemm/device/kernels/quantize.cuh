@@ -71,14 +71,25 @@ FG_DEVICE float divide_rn(float x, float scale, float reciprocal) {
   return residual == 0.0f ? q0 : __fmaf_rn(residual, reciprocal, q0);  // an exact q0 keeps its sign (x = -0)
 }
 
+/// Quantizes 8 values with `scale` and stores them. kReciprocal: divide through one correctly rounded reciprocal
+/// (divide_rn, cheap); otherwise IEEE division per element (for the per-block kernel, whose 64 live values would
+/// spill around __frcp_rn's slow-path call). Both give the correctly rounded x / scale.
+template <bool kReciprocal>
 FG_DEVICE void store_quantized(uint8_t* ptr, const float (&v)[kQuantElemsPerThread], float scale) {
-  const float reciprocal = __frcp_rn(scale);
+  float q[kQuantElemsPerThread];
+  if constexpr (kReciprocal) {
+    const float reciprocal = __frcp_rn(scale);
+#pragma unroll
+    for (uint32_t i = 0; i < kQuantElemsPerThread; ++i) q[i] = divide_rn(v[i], scale, reciprocal);
+  } else {
+#pragma unroll
+    for (uint32_t i = 0; i < kQuantElemsPerThread; ++i) q[i] = __fdiv_rn(v[i], scale);
+  }
   uint32_t packed[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const uint16_t lo = ptx::cvt_e4m3x2(divide_rn(v[4 * i], scale, reciprocal), divide_rn(v[4 * i + 1], scale, reciprocal));
-    const uint16_t hi =
-        ptx::cvt_e4m3x2(divide_rn(v[4 * i + 2], scale, reciprocal), divide_rn(v[4 * i + 3], scale, reciprocal));
+    const uint16_t lo = ptx::cvt_e4m3x2(q[4 * i], q[4 * i + 1]);
+    const uint16_t hi = ptx::cvt_e4m3x2(q[4 * i + 2], q[4 * i + 3]);
     packed[i] = uint32_t(lo) | (uint32_t(hi) << 16);
   }
   ptx::st_global_v2_b32(ptr, packed[0], packed[1]);
@@ -114,7 +125,7 @@ __global__ void __launch_bounds__(kQuantNumThreads) per_token_cast_kernel(const 
 
   // ---- Quantize and write ----------------------------------------------------------------------------
   if (active)
-    store_quantized(args.out + group_idx * args.out_group_stride + row_idx * args.out_row_stride + col, v, scale);
+    store_quantized<true>(args.out + group_idx * args.out_group_stride + row_idx * args.out_row_stride + col, v, scale);
   if (unit_valid && sub_idx == 0)
     args.scales[group_idx * args.scale_group_stride + row_idx * args.scale_row_stride +
                 k_block_idx * args.scale_k_block_stride] = scale;
@@ -167,7 +178,7 @@ __global__ void __launch_bounds__(kQuantNumThreads) per_block_cast_kernel(const 
   for (uint32_t pass = 0; pass < kPerBlockNumPasses; ++pass) {
     const uint32_t row = first_row + pass * kQuantRowsPerPass;
     if (col_active && row < uint32_t(args.num_rows))
-      store_quantized(args.out + int64_t(group_idx) * args.out_group_stride + int64_t(row) * args.out_row_stride + col,
+      store_quantized<false>(args.out + int64_t(group_idx) * args.out_group_stride + int64_t(row) * args.out_row_stride + col,
                       v[pass], scale);
   }
   if (threadIdx.x == 0)
