@@ -18,14 +18,7 @@ from ._C import version as _version
 
 __version__ = _version()
 
-_TENSOR_FUNCTIONS = (
-    "gemm_fp8_fp8_bf16_nt",
-    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
-    "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
-    "per_token_cast_to_fp8",
-    "per_block_cast_to_fp8",
-    "get_col_major_tma_aligned_tensor",
-)
+from ._names import TENSOR_FUNCTIONS as _TENSOR_FUNCTIONS
 
 try:
     import torch as _torch  # noqa: F401

@@ -12,14 +12,9 @@ import torch
 
 from . import _C
 
-__all__ = [
-    "gemm_fp8_fp8_bf16_nt",
-    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
-    "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
-    "per_token_cast_to_fp8",
-    "per_block_cast_to_fp8",
-    "get_col_major_tma_aligned_tensor",
-]
+from ._names import TENSOR_FUNCTIONS
+
+__all__ = list(TENSOR_FUNCTIONS)
 
 # finegemm::DType values.
 _DTYPE_CODES = {torch.float8_e4m3fn: 0, torch.bfloat16: 1, torch.float32: 2, torch.int32: 3}

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "finegemm/finegemm.hpp"
+#include "unit/expect_error.hpp"
 
 using finegemm::DType;
 using finegemm::Error;
@@ -32,15 +33,7 @@ struct PerBlock {
   void call() const { finegemm::per_block_cast_to_fp8(x, out, scales); }
 };
 
-void expect_error(const std::function<void()>& f, Error::Kind kind, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using finegemm::test::expect_error;
 
 /// A valid call passes validation: it fails only where it needs the GPU (no driver, or fake addresses).
 void expect_valid(const std::function<void()>& f, const char* name) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "finegemm/finegemm.hpp"
+#include "unit/expect_error.hpp"
 
 using finegemm::DType;
 using finegemm::Error;
@@ -26,15 +27,7 @@ struct Dense {
   void call() const { finegemm::gemm_fp8_fp8_bf16_nt(a, sa, b, sb, d); }
 };
 
-void expect_error(const std::function<void()>& f, Error::Kind kind, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using finegemm::test::expect_error;
 
 }  // namespace
 
