@@ -28,6 +28,47 @@ bool multicast_enabled() {
   return enabled;
 }
 
+/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4" (any subset): a developer knob for measurements.
+/// Candidates that differ in a named field are rejected; the other filters still apply, so a forced configuration
+/// is always one the kernel supports (or none is found and the call fails with the usual message).
+struct ForcedConfig {
+  int block_m = 0, block_n = 0, cluster = 0, stages = 0;
+  char multicast = 0;  // 'a', 'b' or 0
+};
+
+const ForcedConfig& forced_config() {
+  static const ForcedConfig forced = [] {
+    ForcedConfig f;
+    const char* v = std::getenv("FINEGEMM_FORCE_CONFIG");
+    if (v == nullptr) return f;
+    std::istringstream fields(v);
+    for (std::string field; std::getline(fields, field, ',');) {
+      const size_t eq = field.find('=');
+      const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
+      check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
+                "fields are name=value (bm, bn, cluster, mc, stages), got '", field, "'");
+      if (name == "mc") {
+        check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
+        f.multicast = value[0];
+        continue;
+      }
+      int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
+                  : name == "stages" ? &f.stages : nullptr;
+      check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name, "' (bm, bn, cluster, mc, stages)");
+      *target = std::atoi(value.c_str());
+    }
+    return f;
+  }();
+  return forced;
+}
+
+bool matches_forced(const KernelConfig& c) {
+  const ForcedConfig& f = forced_config();
+  return (f.block_m == 0 || f.block_m == c.block_m) && (f.block_n == 0 || f.block_n == c.block_n) &&
+         (f.cluster == 0 || f.cluster == c.cluster_size) &&
+         (f.multicast == 0 || c.cluster_size == 1 || (f.multicast == 'a') == c.multicast_on_a);
+}
+
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers.
 int max_block_n(int block_m) { return block_m == 64 ? 176 : 160; }
 
@@ -42,10 +83,18 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
   c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
   c.num_waves = ceil_div(c.num_tiles, c.grid);
-  const double tile_flops = 2.0 * c.block_m * c.block_n * double(p.k);
+  // The tensor pipe is charged for BLOCK_N rounded up to 32 (measured on an H100: BN=112 ran 14% slower than
+  // BN=128 at equal waves), and tiles straddling two SB blocks pay 2% for the per-granule scale selection.
+  const int charged_n = int(ceil_div(c.block_n, 32) * 32);
+  const double straddle = 128 % c.block_n == 0 ? 1.0 : 1.02;
+  const double tile_flops = 2.0 * c.block_m * charged_n * double(p.k) * straddle;
   double tile_l2_bytes = double(c.block_m + c.block_n) * double(p.k);
   if (c.cluster_size == 2) tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
-  const double tile_s = std::max(tile_flops / hw.sm_fp8_flops_per_s, tile_l2_bytes / hw.sm_l2_bytes_per_s);
+  // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
+  // overheads on 4096x32768x512 (H100) were 1.24 us (BN=128) and 1.68 us (BN=160), close to this term.
+  const double tile_store_s = 2.0 * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
+  const double tile_s =
+      std::max(tile_flops / hw.sm_fp8_flops_per_s, tile_l2_bytes / hw.sm_l2_bytes_per_s) + tile_store_s;
   const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
   const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
                             2.0 * double(rows_for_tiles(p) * groups) * double(p.n);
@@ -102,7 +151,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
           } else if (block_m == 128 && rows <= 64) {
             cand.rejected = "M fits one 64-row warpgroup";
-          } else if (cluster == 2 && !multicast_enabled()) {
+          } else if (cluster == 2 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {
             cand.rejected = "a cluster of 2 needs 2 SMs";
@@ -114,6 +163,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "multicast on B pairs m-blocks, which may belong to different experts";
           } else if (cluster == 2 && !on_a && m_blocks % 2 != 0) {
             cand.rejected = "multicast on B pairs adjacent m-blocks: needs an even number of m-blocks";
+          } else if (!matches_forced(c)) {
+            cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
           }
           if (cand.rejected.empty()) {
             int stages = kMaxStages;
@@ -124,6 +175,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             const int64_t k_blocks = ceil_div(p.k, 128);
             // More stages than K blocks of two tiles buy nothing.
             stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks)));
+            if (forced_config().stages >= kMinStages) stages = std::min(stages, forced_config().stages);
             if (stages < kMinStages) {
               cand.rejected = "fewer than 3 pipeline stages fit in shared memory";
             } else {

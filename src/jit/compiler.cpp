@@ -33,12 +33,13 @@ void check_nvrtc(nvrtcResult result, const char* what, const std::string& log = 
 
 class NvrtcCompiler final : public Compiler {
  public:
-  explicit NvrtcCompiler(bool debug) {
+  NvrtcCompiler(bool debug, const std::vector<std::string>& extra_flags) {
     int major = 0, minor = 0;
     check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
     identity_ = "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
     flags_ = {kArchFlag, "-std=c++17", "--ptxas-options=--verbose", "-DNDEBUG"};
     if (debug) flags_.push_back("-lineinfo");
+    flags_.insert(flags_.end(), extra_flags.begin(), extra_flags.end());
   }
 
   std::string identity() const override { return identity_; }
@@ -113,7 +114,7 @@ std::string find_nvcc() {
 
 class NvccCompiler final : public Compiler {
  public:
-  explicit NvccCompiler(bool debug) : nvcc_(find_nvcc()) {
+  NvccCompiler(bool debug, const std::vector<std::string>& extra_flags) : nvcc_(find_nvcc()) {
     int status = 0;
     const std::string version = run_command("\"" + nvcc_ + "\" --version", &status);
     check(status == 0, Error::Kind::kCompile, "jit::nvcc", "cannot run ", nvcc_,
@@ -123,6 +124,7 @@ class NvccCompiler final : public Compiler {
     identity_ = std::regex_search(version, match, release) ? "nvcc " + match[2].str() : "nvcc unknown";
     flags_ = {"-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-Xptxas=-v", "-DNDEBUG"};
     if (debug) flags_.push_back("-lineinfo");
+    flags_.insert(flags_.end(), extra_flags.begin(), extra_flags.end());
   }
 
   std::string identity() const override { return identity_; }
@@ -181,9 +183,10 @@ class NvccCompiler final : public Compiler {
 
 }  // namespace
 
-std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug) {
-  if (backend.empty() || backend == "nvrtc") return std::make_unique<NvrtcCompiler>(debug);
-  if (backend == "nvcc") return std::make_unique<NvccCompiler>(debug);
+std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug,
+                                        const std::vector<std::string>& extra_flags) {
+  if (backend.empty() || backend == "nvrtc") return std::make_unique<NvrtcCompiler>(debug, extra_flags);
+  if (backend == "nvcc") return std::make_unique<NvccCompiler>(debug, extra_flags);
   fail(Error::Kind::kInvalidArgument, "jit", "FINEGEMM_JIT_COMPILER must be 'nvrtc' or 'nvcc', got '", backend, "'");
 }
 

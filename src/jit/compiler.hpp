@@ -27,7 +27,9 @@ class Compiler {
 };
 
 /// "nvrtc" or "nvcc"; `debug` adds line info and keeps the compiler log verbose.
-std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug);
+/// `extra_flags` (e.g. -D experiment switches) are appended to the backend's flags, so they enter every cache key.
+std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug,
+                                        const std::vector<std::string>& extra_flags = {});
 
 /// Bytes of local-memory spill stores + loads reported by ptxas in `log` (-1 when the log holds no report).
 long spill_bytes_from_log(const std::string& log);

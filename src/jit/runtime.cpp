@@ -60,6 +60,14 @@ Options Options::from_environment() {
               "must be a number of SMs (0 for all), got '", s, "'");
     o.num_sms = int(v);
   }
+  if (const char* d = std::getenv("FINEGEMM_JIT_DEFINES"); d != nullptr) {
+    std::istringstream words(d);
+    for (std::string w; words >> w;) {
+      check_arg(w.size() > 2 && w.compare(0, 2, "-D") == 0, "FINEGEMM_JIT_DEFINES",
+                "takes only -DNAME or -DNAME=VALUE words, got '", w, "'");
+      o.extra_defines.push_back(w);
+    }
+  }
   return o;
 }
 
@@ -68,6 +76,7 @@ std::string Options::describe() const {
   os << "cache_dir=" << (cache_dir.empty() ? "(disabled)" : cache_dir) << " compiler=" << compiler
      << " debug=" << debug << " print_configs=" << print_configs << " dump=" << (dump_dir.empty() ? "-" : dump_dir)
      << " sass_pass=" << (disable_sass_pass ? "disabled" : "default") << " num_sms=" << num_sms;
+  for (const auto& d : extra_defines) os << ' ' << d;
   return os.str();
 }
 
@@ -91,7 +100,7 @@ Runtime::~Runtime() = default;
 
 const Compiler& Runtime::compiler() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!compiler_) compiler_ = make_compiler(options_.compiler, options_.debug);
+  if (!compiler_) compiler_ = make_compiler(options_.compiler, options_.debug, options_.extra_defines);
   return *compiler_;
 }
 

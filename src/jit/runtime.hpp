@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 #include "finegemm/finegemm.hpp"
@@ -24,6 +25,7 @@ struct Options {
   std::string dump_dir;         ///< FINEGEMM_DUMP_SASS: directory receiving each compiled source and cubin
   bool disable_sass_pass = false;  ///< FINEGEMM_DISABLE_SASS_PASS
   int num_sms = 0;              ///< FINEGEMM_NUM_SMS (0: all)
+  std::vector<std::string> extra_defines;  ///< FINEGEMM_JIT_DEFINES: "-DNAME[=VALUE] ..." (kernel experiments)
 
   static Options from_environment();
   std::string describe() const;

@@ -23,13 +23,13 @@ struct GemmSmemLayout {
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaBytesPerStage = align_up(BLOCK_M * 4u, 128u);             // (BLOCK_M) fp32
-  static constexpr uint32_t kSbBytesPerWarpgroup = align_up(2 * kNumKBlocks * 4u, 16u);  // (2, KB) fp32
+  static constexpr uint32_t kSbBytesPerStage = 8;                                       // (2) fp32
   static constexpr uint32_t kOffsetD = 0;
   static constexpr uint32_t kOffsetA = kOffsetD + kDBytes;
   static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kABytesPerStage;
   static constexpr uint32_t kOffsetSa = kOffsetB + kNumStages * kBBytesPerStage;
   static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage;
-  static constexpr uint32_t kOffsetBarriers = kOffsetSb + kNumMathWarpgroups * kSbBytesPerWarpgroup;
+  static constexpr uint32_t kOffsetBarriers = kOffsetSb + align_up(kNumStages * kSbBytesPerStage, 16u);
   static constexpr uint32_t kBarrierBytes = 2 * kNumStages * 8;                           // full + empty
   static constexpr uint32_t kTotalBytes = kOffsetBarriers + kBarrierBytes;
   static constexpr uint32_t kAlignmentSlack = 1024;  // the dynamic shared base is aligned up to 1024 in the kernel
@@ -39,10 +39,10 @@ struct GemmSmemLayout {
 /// Run-time twin of GemmSmemLayout<...>::kLaunchBytes for the host heuristic.
 FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages,
                                                          uint32_t k) {
-  const uint32_t num_k_blocks = ceil_div(k, kBlockK);
+  (void)k;
   const uint32_t d_bytes = align_up(block_m * block_n * 2u, 1024u);
   const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK + align_up(block_m * 4u, 128u);
-  const uint32_t sb_bytes = (block_m / kWarpgroupRows) * align_up(2 * num_k_blocks * 4u, 16u);
+  const uint32_t sb_bytes = align_up(num_stages * 8u, 16u);
   return d_bytes + num_stages * stage_bytes + sb_bytes + 2 * num_stages * 8 + 1024;
 }
 

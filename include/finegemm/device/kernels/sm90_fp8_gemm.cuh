@@ -25,7 +25,7 @@ inline constexpr uint32_t kProducerRegisters = 40;
 inline constexpr uint32_t kMathRegisters = 232;
 
 /// Named barriers (id 0 is __syncthreads).
-enum class NamedBarrier : uint32_t { kMathWarpgroup0 = 1, kMathWarpgroup1 = 2 };
+enum class NamedBarrier : uint32_t { kMathWarpgroup0 = 1, kMathWarpgroup1 = 2, kMathTurn0 = 3, kMathTurn1 = 4 };
 
 /// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.
 template <uint32_t kNumStages>
@@ -68,11 +68,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
   constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
   constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;  // a tile never straddles two 128-column SB blocks
+  // Columns of one scale granule: a straddling tile splits at n_start % 128, a multiple of gcd(BLOCK_N, 128).
+  constexpr uint32_t kScaleGranule = kUniformScaleB ? BLOCK_N : (BLOCK_N & (~BLOCK_N + 1)) < 128 ? (BLOCK_N & (~BLOCK_N + 1)) : 128;
+  constexpr uint32_t kNumScaleGranules = BLOCK_N / kScaleGranule;
   constexpr uint32_t kASplit = (kClusterSize == 2 && kMulticastOnA) ? 2 : 1;
   constexpr uint32_t kBSplit = (kClusterSize == 2 && !kMulticastOnA) ? 2 : 1;
   constexpr uint32_t kStageBytes =
       Layout::kABytesPerStage + Layout::kBBytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
-  constexpr uint32_t kFullArrivals = 1 + (kSaKMajor ? 32 : 0);
+  constexpr uint32_t kFullArrivals = 1 + 32;  // the TMA thread (with its bytes) and the scale warp's lanes
   using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kClusterSize, kMulticastOnA>;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   uint8_t* smem_a = smem + Layout::kOffsetA;                                 // (kNumStages, BLOCK_M, BLOCK_K) fp8
   uint8_t* smem_b = smem + Layout::kOffsetB;                                 // (kNumStages, BLOCK_N, BLOCK_K) fp8
   float* smem_sa = reinterpret_cast<float*>(smem + Layout::kOffsetSa);       // (kNumStages, BLOCK_M) fp32, padded
-  float* smem_sb = reinterpret_cast<float*>(smem + Layout::kOffsetSb);       // (math warpgroups, 2, KB) fp32
+  float* smem_sb = reinterpret_cast<float*>(smem + Layout::kOffsetSb);       // (kNumStages, 2) fp32
   uint64_t* full_barriers = reinterpret_cast<uint64_t*>(smem + Layout::kOffsetBarriers);  // (kNumStages)
   uint64_t* empty_barriers = full_barriers + kNumStages;                                  // (kNumStages)
   constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
@@ -157,20 +160,42 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           pipe.advance();
         }
       }
-    } else if (kSaKMajor && producer_warp == 1) {
-      // K-major SA: gather one column of scales per stage with ordinary loads, then each lane arrives.
+    } else if (producer_warp == 1) {
+      // Scale warp: per stage, the two SB values of the tile's (one or two) 128-column blocks and, when SA is
+      // K-major, the stage's column of row scales (gathered with ordinary loads). Every lane arrives.
       while (scheduler.next(tile)) {
-        for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
-          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
-          float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
-          for (uint32_t i = lane_idx; i < BLOCK_M; i += 32) {
-            const int32_t row = tile.row_base + int32_t(i);
-            const float v = row < args.num_a_rows ? ptx::ld_global_nc_f32(args.sa_k_major + row * args.ld_sa + kb)
-                                                  : 0.0f;
-            ptx::st_shared_f32(sa_dst + i, v);
+        const uint32_t n_start = tile.n_block * BLOCK_N;
+        const uint32_t sb_block = n_start / 128;
+        const bool has_second = !kUniformScaleB && sb_block + 1 < kNumSbBlocks && n_start % 128 + BLOCK_N > 128;
+        const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
+        for (uint32_t kb_base = 0; kb_base < kNumKBlocks; kb_base += 32) {
+          // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
+          const uint32_t my_kb = kb_base + lane_idx;
+          const float sb_first = my_kb < kNumKBlocks ? ptx::ld_global_nc_f32(sb_src + my_kb) : 0.0f;
+          const float sb_second =
+              has_second && my_kb < kNumKBlocks ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
+          const uint32_t num_kb = min_of(32u, kNumKBlocks - kb_base);
+          for (uint32_t i = 0; i < num_kb; ++i) {
+            const float s0 = __shfl_sync(0xffffffff, sb_first, i);
+            const float s1 = __shfl_sync(0xffffffff, sb_second, i);
+            ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+            if (lane_idx == 0) {
+              ptx::st_shared_f32(smem_sb + pipe.stage * 2, s0);
+              ptx::st_shared_f32(smem_sb + pipe.stage * 2 + 1, s1);
+            }
+            if constexpr (kSaKMajor) {
+              const uint32_t kb = kb_base + i;
+              float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
+              for (uint32_t r = lane_idx; r < BLOCK_M; r += 32) {
+                const int32_t row = tile.row_base + int32_t(r);
+                const float v =
+                    row < args.num_a_rows ? ptx::ld_global_nc_f32(args.sa_k_major + row * args.ld_sa + kb) : 0.0f;
+                ptx::st_shared_f32(sa_dst + r, v);
+              }
+            }
+            ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
+            pipe.advance();
           }
-          ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
-          pipe.advance();
         }
       }
     }
@@ -182,50 +207,59 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;  // tile rows of this thread
     const uint32_t r1 = r0 + 8;
     const uint32_t wg_barrier = static_cast<uint32_t>(NamedBarrier::kMathWarpgroup0) + math_wg;
-    float* wg_sb = smem_sb + math_wg * (Layout::kSbBytesPerWarpgroup / 4);
     PipelineState<kNumStages> pipe;
+    // Descriptors of this warpgroup's A rows and of B in stage 0; stage s and K step k are fixed byte offsets.
+    const uint64_t desc_a_base = ptx::make_smem_desc_k_major_sw128(smem_a + math_wg * kWarpgroupRows * kBlockK);
+    const uint64_t desc_b_base = ptx::make_smem_desc_k_major_sw128(smem_b);
+    // Two math warpgroups take turns issuing their K block's wgmmas (a named-barrier token passed right after each
+    // issue), so the tensor pipe runs one warpgroup's batch while the other promotes. Without the turns both
+    // warpgroups issue together, finish together and promote together while the tensor pipe idles
+    // (docs/performance.md: +8.7% on 4096x7168x16384).
+    constexpr bool kPingPong = kNumMathWarpgroups == 2;
+    const uint32_t my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
+    const uint32_t other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
+    bool first_batch = true;
 
     float accum[BLOCK_N / 2];
     float final_accum[BLOCK_N / 2];
 
     while (scheduler.next(tile)) {
-      // SB of this tile: one or two 128-column blocks (the tile may straddle a block boundary).
-      const uint32_t n_start = tile.n_block * BLOCK_N;
-      const uint32_t sb_block = n_start / 128;
-      const uint32_t split_col = kUniformScaleB ? BLOCK_N : min_of(BLOCK_N, 128 - n_start % 128);
-      const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
-      const bool has_second = !kUniformScaleB && split_col < BLOCK_N && sb_block + 1 < kNumSbBlocks;
-      for (uint32_t i = wg_thread; i < kNumKBlocks; i += 128) {
-        ptx::st_shared_f32(wg_sb + i, ptx::ld_global_nc_f32(sb_src + i));
-        if constexpr (!kUniformScaleB)
-          ptx::st_shared_f32(wg_sb + kNumKBlocks + i, has_second ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + i) : 0.f);
+      // A tile straddling two SB blocks switches scale at split_col, a multiple of kScaleGranule. in_first[g] is
+      // 1 for granules of the first block, else 0: the promotion then picks each granule's scale exactly with two
+      // FMAs per row instead of a compare and select per 8 columns.
+      float in_first[kNumScaleGranules];
+      if constexpr (!kUniformScaleB) {
+        const uint32_t split_col = 128 - tile.n_block * BLOCK_N % 128;
+#pragma unroll
+        for (uint32_t g = 0; g < kNumScaleGranules; ++g) in_first[g] = g * kScaleGranule < split_col ? 1.0f : 0.0f;
       }
-      ptx::named_barrier_sync(wg_barrier, 128);
 
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
 
       for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
-        const float sb0 = ptx::ld_shared_f32(wg_sb + kb);
-        const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(wg_sb + kNumKBlocks + kb);
         ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
-        // Read the row scales before releasing the stage.
-        const float* sa = smem_sa + pipe.stage * kSaFloatsPerStage;
-        const float sa0 = ptx::ld_shared_f32(sa + r0);
-        const float sa1 = ptx::ld_shared_f32(sa + r1);
-
-        const uint8_t* a_tile = smem_a + pipe.stage * Layout::kABytesPerStage + math_wg * kWarpgroupRows * kBlockK;
-        const uint8_t* b_tile = smem_b + pipe.stage * Layout::kBBytesPerStage;
+        if constexpr (kPingPong) {
+          if (!(first_batch && math_wg == 0)) ptx::named_barrier_sync(my_turn, 256);
+        }
+        first_batch = false;
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
         ptx::wgmma_fence();
 #pragma unroll
         for (uint32_t k = 0; k < kBlockK / 32; ++k) {
-          const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(a_tile + k * 32);
-          const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(b_tile + k * 32);
+          const uint64_t desc_a = ptx::smem_desc_advance(desc_a_base, pipe.stage * Layout::kABytesPerStage + k * 32);
+          const uint64_t desc_b = ptx::smem_desc_advance(desc_b_base, pipe.stage * Layout::kBBytesPerStage + k * 32);
           ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, accum, k > 0);
         }
         ptx::wgmma_commit_group();
+        if constexpr (kPingPong) ptx::named_barrier_arrive(other_turn, 256);
+        // Read the stage's scales while the tensor cores work, before releasing the stage.
+        const float* sa = smem_sa + pipe.stage * kSaFloatsPerStage;
+        const float sa0 = ptx::ld_shared_f32(sa + r0);
+        const float sa1 = ptx::ld_shared_f32(sa + r1);
+        const float sb0 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2);
+        const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(smem_sb + pipe.stage * 2 + 1);
         ptx::wgmma_wait_group<0>();
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
@@ -241,20 +275,30 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float s00 = sa0 * sb0, s10 = sa1 * sb0;
         const float s01 = sa0 * sb1, s11 = sa1 * sb1;
 #pragma unroll
-        for (uint32_t j = 0; j < BLOCK_N / 8; ++j) {
-          const bool first_block = kUniformScaleB || j * 8 < split_col;
-          const float scale_r0 = first_block ? s00 : s01;
-          const float scale_r1 = first_block ? s10 : s11;
-          final_accum[j * 4 + 0] += scale_r0 * accum[j * 4 + 0];
-          final_accum[j * 4 + 1] += scale_r0 * accum[j * 4 + 1];
-          final_accum[j * 4 + 2] += scale_r1 * accum[j * 4 + 2];
-          final_accum[j * 4 + 3] += scale_r1 * accum[j * 4 + 3];
+        for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
+          float scale_r0 = s00, scale_r1 = s10;
+          if constexpr (!kUniformScaleB) {
+            // Exact: in_first is 0 or 1, so each FMA returns one of its scale operands unrounded.
+            scale_r0 = __fmaf_rn(in_first[g], s00, __fmaf_rn(-in_first[g], s01, s01));
+            scale_r1 = __fmaf_rn(in_first[g], s10, __fmaf_rn(-in_first[g], s11, s11));
+          }
+#pragma unroll
+          for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
+            final_accum[j * 4 + 0] += scale_r0 * accum[j * 4 + 0];
+            final_accum[j * 4 + 1] += scale_r0 * accum[j * 4 + 1];
+            final_accum[j * 4 + 2] += scale_r1 * accum[j * 4 + 2];
+            final_accum[j * 4 + 3] += scale_r1 * accum[j * 4 + 3];
+          }
         }
         pipe.advance();
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
       Epilogue::store(final_accum, smem_d, math_wg, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile, args, N);
+    }
+    // Warpgroup 1 passed the turn after its last batch: take it so the barrier ends balanced.
+    if constexpr (kPingPong) {
+      if (math_wg == 0 && !first_batch) ptx::named_barrier_sync(my_turn, 256);
     }
     if (wg_thread == 0) ptx::tma_store_wait<0>();
     if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);

@@ -35,6 +35,10 @@ FG_DEVICE uint64_t make_smem_desc_k_major_sw128(const void* smem_ptr) {
   return desc;
 }
 
+/// The descriptor of the operand `bytes` further on in shared memory (same layout): the start address field holds
+/// address / 16 in bits 0-13 and shared addresses stay below 256 KB, so the add never carries out of the field.
+FG_DEVICE uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 /// D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, fp8 e4m3 inputs, fp32 accumulators (N/2 per thread).
 template <int N>
 FG_DEVICE void wgmma_m64k32_e4m3(uint64_t desc_a, uint64_t desc_b, float (&d)[N / 2], bool accumulate) {
