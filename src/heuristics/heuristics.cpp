@@ -17,6 +17,9 @@ constexpr int kMaxStages = 32;
 constexpr int kMinStages = 3;
 constexpr int kMulticastMinRows = 512;
 constexpr int kBlockNStep = 16;
+// Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
+// to H100 A/B runs of BLOCK_N 96..192 (docs/performance.md).
+constexpr double kMathCriticalCycles = 300.0;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -69,8 +72,9 @@ bool matches_forced(const KernelConfig& c) {
          (f.multicast == 0 || c.cluster_size == 1 || (f.multicast == 'a') == c.multicast_on_a);
 }
 
-/// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers.
-int max_block_n(int block_m) { return block_m == 64 ? 176 : 160; }
+/// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
+/// without spills (checked for every heuristic pick by the CPU compile tests).
+int max_block_n(int block_m) { return block_m == 64 ? 176 : 192; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -83,18 +87,26 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
   c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
   c.num_waves = ceil_div(c.num_tiles, c.grid);
-  // The tensor pipe is charged for BLOCK_N rounded up to 32 (measured on an H100: BN=112 ran 14% slower than
-  // BN=128 at equal waves), and tiles straddling two SB blocks pay 2% for the per-granule scale selection.
-  const int charged_n = int(ceil_div(c.block_n, 32) * 32);
+  // Cycles per 128-wide K block. A warpgroup's batch of four m64nNk32 wgmmas keeps the tensor pipe busy 2N cycles
+  // (N rounded up to 32: BN=112 measured 14% slower than BN=128 at equal waves on an H100). Between the end of its
+  // batch and the issue of its next one a warpgroup promotes and re-issues, about kMathCriticalCycles. With two
+  // warpgroups taking turns, the pipe stays busy while the other's batch covers that; one warpgroup (BLOCK_M = 64)
+  // pays it every K block. Straddling tiles pay 2% for their per-granule scale selection.
+  const double charged_n = double(ceil_div(c.block_n, 32) * 32);
   const double straddle = 128 % c.block_n == 0 ? 1.0 : 1.02;
-  const double tile_flops = 2.0 * c.block_m * charged_n * double(p.k) * straddle;
+  const double batch_cycles = 2.0 * charged_n * straddle;
+  const double k_block_cycles = c.block_m == 128 ? std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles)
+                                                 : batch_cycles + kMathCriticalCycles;
+  const double tile_compute_s = double(ceil_div(p.k, 128)) * k_block_cycles / hw.sm_clock_hz;
   double tile_l2_bytes = double(c.block_m + c.block_n) * double(p.k);
   if (c.cluster_size == 2) tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
+  // Loading the tile's operands into the SM is counted in full next to the compute: with few K blocks per stage
+  // ring the two overlap poorly (measured: BM=128 BN=16 at 128x4096x7168 ran 1.4x slower than BN=32 on an H100).
   // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
   // overheads on 4096x32768x512 (H100) were 1.24 us (BN=128) and 1.68 us (BN=160), close to this term.
   const double tile_store_s = 2.0 * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   const double tile_s =
-      std::max(tile_flops / hw.sm_fp8_flops_per_s, tile_l2_bytes / hw.sm_l2_bytes_per_s) + tile_store_s;
+      tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s + tile_store_s;
   const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
   const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
                             2.0 * double(rows_for_tiles(p) * groups) * double(p.n);

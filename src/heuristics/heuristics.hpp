@@ -14,6 +14,7 @@ struct HardwareModel {
   int smem_per_block = 232448;          ///< bytes of dynamic shared memory a block may opt into
   double dram_bytes_per_s = 3.0e12;     ///< measured device copy bandwidth
   double sm_fp8_flops_per_s = 1979e12 / 132;  ///< dense FP8 peak per SM
+  double sm_clock_hz = 1.83e9;          ///< the clock the FP8 peak is quoted at
   double sm_l2_bytes_per_s = 150e9;     ///< L2 -> SM fill rate per SM
 };
 

@@ -29,7 +29,7 @@ TEST(Heuristics, DeterministicAndWithinLimits) {
         EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k)));
         EXPECT_GE(a.num_stages, 3);
         EXPECT_EQ(a.block_n % 16, 0);
-        EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : 160);
+        EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : 192);
         EXPECT_LE(a.grid, 132);
         if (a.cluster_size == 2) {
           EXPECT_EQ(a.grid % 2, 0);

@@ -260,6 +260,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float sa1 = ptx::ld_shared_f32(sa + r1);
         const float sb0 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2);
         const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(smem_sb + pipe.stage * 2 + 1);
+        const float s00 = sa0 * sb0, s10 = sa1 * sb0;
+        const float s01 = sa0 * sb1, s11 = sa1 * sb1;
         ptx::wgmma_wait_group<0>();
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
@@ -272,8 +274,6 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         }
 
         // Promotion: the fp32 block result, scaled by SA * SB, into the running accumulator.
-        const float s00 = sa0 * sb0, s10 = sa1 * sb0;
-        const float s01 = sa0 * sb1, s11 = sa1 * sb1;
 #pragma unroll
         for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
           float scale_r0 = s00, scale_r1 = s10;
