@@ -57,6 +57,27 @@ if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
   sed -n '/^kind /,$p' "$OUT_DIR/bench.log" >> "$OUT_DIR/summary.txt"
 fi
 
+if [ "${FINEGEMM_SKIP_PYTHON:-0}" != 1 ]; then
+  # The PyTorch binding: install over the build machine's torch, then the test suite and the examples.
+  t0=$(date +%s)
+  { python3 -m pip install --no-build-isolation --no-deps --no-index . ||
+    python3 -m pip install --no-build-isolation --no-deps --no-index --break-system-packages .; } \
+    > "$OUT_DIR/pip.log" 2>&1
+  summary "python install: rc=$? in $(( $(date +%s) - t0 )) s"
+  REPO=$PWD
+  (cd /tmp && timeout 600 python3 -m pytest "$REPO/python/tests" -rs -q -s -p no:cacheprovider) > "$OUT_DIR/pytest.log" 2>&1
+  summary "pytest: rc=$? $(tail -n 1 "$OUT_DIR/pytest.log")"
+  grep -E "^\[quantizer\]|^\[overhead\]" "$OUT_DIR/pytest.log" | tee -a "$OUT_DIR/summary.txt"
+  (cd /tmp && timeout 120 python3 "$REPO/examples/moe_layer.py") > "$OUT_DIR/moe-example.log" 2>&1
+  summary "moe example: rc=$? $(tail -n 2 "$OUT_DIR/moe-example.log" | tr '\n' ' ')"
+fi
+
+if [ "${FINEGEMM_SKIP_STRESS:-0}" != 1 ]; then
+  # Issue 8: 16 processes on one empty cache, every GPU alternately and one process per GPU, 8 threads for 60 s.
+  run_step multi-process 420 scripts/multi-process-check.sh "$BUILD/finegemm" "$OUT_DIR/multi-process"
+  cat "$OUT_DIR/multi-process/summary.txt" >> "$OUT_DIR/summary.txt"
+fi
+
 if [ "${FINEGEMM_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/sanitize.sh "$BUILD" "$OUT_DIR" | tee -a "$OUT_DIR/summary.txt"
 fi

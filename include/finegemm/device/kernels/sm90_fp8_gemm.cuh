@@ -266,7 +266,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
 
-        // Release the stage before promotion so TMA refills it meanwhile.
+        // Release the stage before promotion so TMA refills it meanwhile. The warp syncs first: lane 0's arrive then
+        // also orders the other lanes' scale reads before the scale warp rewrites the stage (racecheck flagged it).
+        __syncwarp();
         if constexpr (kClusterSize == 1) {
           if (lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[pipe.stage]);
         } else {
