@@ -23,6 +23,7 @@
 #include "lib/gemm_problem.hpp"
 #include "lib/shapes.hpp"
 #include "lib/timing.hpp"
+#include "stress.hpp"
 #include "reference/reference.hpp"
 #include "sass/ffma_interleave.hpp"
 #include "heuristics/heuristics.hpp"
@@ -80,6 +81,7 @@ int usage() {
       "  sass    (CUBIN_FILE | --m M --n N --k K [--kind normal|contiguous|masked] [--groups G] [--sa mn|k] [--sms 132])\n"
       "          show the FFMA runs of a kernel (a cubin, or the one the heuristic picks, from the cache) and what\n"
       "          the FFMA interleave pass would change\n"
+      "  stress  [--threads 8] [--seconds 60] [--devices 0,1|all] [--seed S]  random checked GEMMs (stress --help)\n"
       "  info    print the device, the options and the cache\n");
   return 2;
 }
@@ -448,6 +450,7 @@ int main(int argc, char** argv) {
     if (cmd == "warmup") return cmd_warmup(args);
     if (cmd == "info") return cmd_info();
     if (cmd == "sass") return cmd_sass(args);
+    if (cmd == "stress") return ft::run_stress(argc - 2, argv + 2);
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       usage();
       return 0;

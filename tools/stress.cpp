@@ -1,0 +1,552 @@
+#include "stress.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "finegemm/finegemm.hpp"
+#include "heuristics/heuristics.hpp"
+#include "jit/runtime.hpp"
+#include "lib/device_buffer.hpp"
+#include "lib/gemm_problem.hpp"
+
+namespace finegemm::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUsage =
+    "usage: finegemm stress [--threads 8] [--seconds 60] [--devices 0 | 0,1 | all] [--device-order alternate|random]\n"
+    "                       [--seed 1] [--kinds normal,contiguous,masked] [--max-m 1024] [--fresh-percent 10]\n"
+    "                       [--max-calls 0] [--hang-seconds 120]\n"
+    "  Each thread issues random GEMMs on its own stream (one per device it uses), the device chosen per call among\n"
+    "  --devices (cudaSetDevice on that thread), and checks every output (poisoned first) against the GPU reference.\n"
+    "  --fresh-percent of the calls draw a new shape (a kernel compiled for the first time, most likely; M awkward or\n"
+    "  uniform up to --max-m); the others take one of 16 fixed shapes, with fresh data. --max-calls bounds\n"
+    "  the calls per thread (0: until --seconds). A call running longer than --hang-seconds is reported as a hang and\n"
+    "  ends the process (exit 3). Last line: stress: calls=N failures=F compiles=C ... (exit 1 when F > 0).\n";
+
+// ---- Shapes ------------------------------------------------------------------------------------------------------
+// N and K follow the documented rules (N % 8 == 0, K % 16 == 0); M is any value >= 1. Most calls take one of these
+// shapes (with fresh data, SA layout and masked_m), so their kernels are warm after the first calls; the others draw
+// a new shape (--fresh-percent), whose kernel is most likely compiled while other threads launch.
+struct WarmShape {
+  GemmKind kind;
+  int groups;
+  int64_t m, n, k;
+};
+constexpr WarmShape kWarmShapes[] = {
+    {GemmKind::kNormal, 1, 1, 2112, 7168},         {GemmKind::kNormal, 1, 7, 576, 256},
+    {GemmKind::kNormal, 1, 63, 4096, 512},         {GemmKind::kNormal, 1, 128, 7168, 2048},
+    {GemmKind::kNormal, 1, 129, 1536, 7168},       {GemmKind::kNormal, 1, 255, 8, 16},
+    {GemmKind::kNormal, 1, 511, 7168, 576},        {GemmKind::kNormal, 1, 4096, 136, 272},
+    {GemmKind::kGroupedContiguous, 4, 64, 2048, 512}, {GemmKind::kGroupedContiguous, 8, 17, 576, 256},
+    {GemmKind::kGroupedContiguous, 2, 200, 4096, 1536}, {GemmKind::kGroupedContiguous, 1, 1, 136, 16},
+    {GemmKind::kGroupedMasked, 8, 32, 4096, 512},   {GemmKind::kGroupedMasked, 4, 1, 576, 7168},
+    {GemmKind::kGroupedMasked, 2, 129, 2112, 576},  {GemmKind::kGroupedMasked, 6, 65, 256, 272},
+};
+constexpr int64_t kAwkwardM[] = {1, 2, 3, 7, 17, 31, 63, 64, 65, 127, 128, 129, 255, 257, 511, 1000};
+constexpr int64_t kMaxFreshDim = 8192;
+constexpr int kMaxStressGroups = 8;
+// Bounds that keep one call (host data, the fp64 GPU reference, the host check) in the milliseconds.
+constexpr int64_t kMaxWeightBytes = int64_t(64) << 20;      // G * N * K fp8 bytes of B
+constexpr int64_t kMaxOutputElements = int64_t(4) << 20;    // rows * N (the reference holds two fp64 copies)
+constexpr int64_t kMaxReferenceMacs = int64_t(1) << 34;     // rows * N * K multiply-adds in fp64
+constexpr int64_t kContiguousAlignment = 128;
+constexpr int kMaxLoggedFailures = 20;
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
+constexpr int64_t kProgressPeriodMs = 10000;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct StressOptions {
+  int threads = 8;
+  double seconds = 60.0;
+  bool all_devices = false;
+  std::vector<int> devices{0};
+  bool random_device = false;
+  uint64_t seed = 1;
+  std::vector<GemmKind> kinds{GemmKind::kNormal, GemmKind::kGroupedContiguous, GemmKind::kGroupedMasked};
+  int64_t max_m = 1024;
+  int fresh_percent = 10;
+  int64_t max_calls = 0;
+  double hang_seconds = 120.0;
+  bool help = false;
+};
+
+const char* kind_name(GemmKind kind) {
+  return kind == GemmKind::kNormal ? "normal" : (kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked");
+}
+
+// "a,b," -> {"a", "b", ""}: empty items are kept so that the caller can reject them.
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  for (size_t comma; (comma = text.find(',', begin)) != std::string::npos; begin = comma + 1)
+    out.push_back(text.substr(begin, comma - begin));
+  out.push_back(text.substr(begin));
+  return out;
+}
+
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
+    throw UsageError("--" + flag + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "], got '" + text + "'");
+  return v;
+}
+
+double parse_seconds(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 86400)
+    throw UsageError("--" + flag + " must be a number of seconds in (0, 86400], got '" + text + "'");
+  return v;
+}
+
+StressOptions parse_options(int argc, char** argv) {
+  StressOptions o;
+  for (int i = 0; i < argc; ++i) {
+    std::string word = argv[i], value;
+    if (word == "--help" || word == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (word.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + word + "' (options start with --)");
+    std::string flag = word.substr(2);
+    if (const size_t eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw UsageError("--" + flag + " needs a value");
+    }
+    if (flag == "threads") {
+      o.threads = int(parse_int(flag, value, 1, 256));
+    } else if (flag == "seconds") {
+      o.seconds = parse_seconds(flag, value);
+    } else if (flag == "devices") {
+      o.all_devices = value == "all";
+      o.devices.clear();
+      if (!o.all_devices) {
+        std::set<int> seen;
+        for (const std::string& d : split(value)) {
+          if (d.empty()) throw UsageError("--devices takes 'all' or a list of ordinals like 0,1, got '" + value + "'");
+          if (d.find_first_not_of("0123456789") != std::string::npos)
+            throw UsageError("--devices takes 'all' or a list of ordinals like 0,1; '" + d + "' is not an ordinal");
+          const int ordinal = int(parse_int(flag, d, 0, 1023));
+          if (!seen.insert(ordinal).second) throw UsageError("--devices lists device " + d + " twice");
+          o.devices.push_back(ordinal);
+        }
+      }
+    } else if (flag == "device-order") {
+      if (value != "alternate" && value != "random")
+        throw UsageError("--device-order must be 'alternate' or 'random', got '" + value + "'");
+      o.random_device = value == "random";
+    } else if (flag == "seed") {
+      o.seed = uint64_t(parse_int(flag, value, 0, INT64_MAX));
+    } else if (flag == "kinds") {
+      o.kinds.clear();
+      for (const std::string& k : split(value)) {
+        if (k == "normal") o.kinds.push_back(GemmKind::kNormal);
+        else if (k == "contiguous") o.kinds.push_back(GemmKind::kGroupedContiguous);
+        else if (k == "masked") o.kinds.push_back(GemmKind::kGroupedMasked);
+        else throw UsageError("unknown kind '" + k + "' in --kinds (normal, contiguous, masked)");
+      }
+    } else if (flag == "max-m") {
+      o.max_m = parse_int(flag, value, 1, 65536);
+    } else if (flag == "fresh-percent") {
+      o.fresh_percent = int(parse_int(flag, value, 0, 100));
+    } else if (flag == "max-calls") {
+      o.max_calls = parse_int(flag, value, 0, INT64_MAX);
+    } else if (flag == "hang-seconds") {
+      o.hang_seconds = parse_seconds(flag, value);
+    } else {
+      throw UsageError("unknown option --" + flag);
+    }
+  }
+  return o;
+}
+
+// ---- One random call ---------------------------------------------------------------------------------------------
+
+struct Call {
+  ProblemShape shape;
+  ProblemOptions data;
+  bool sa_k_major = false;
+  bool launch_twice = false;  // a second launch with the same pointers takes the warm plan-cache path
+  bool fresh = false;  // a new shape, not one of kWarmShapes
+};
+
+int64_t rows_upper_bound(const ProblemShape& s) {
+  if (s.kind == GemmKind::kNormal) return s.m;
+  if (s.kind == GemmKind::kGroupedMasked) return s.groups * s.m;
+  const int64_t most = s.m + s.m / 2;  // GemmProblem draws each expert's rows in [m/2, 3m/2]
+  return s.groups * ((most + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment);
+}
+
+Call draw_call(std::mt19937_64& rng, const StressOptions& opt) {
+  Call c;
+  ProblemShape& s = c.shape;
+  s.kind = opt.kinds[rng() % opt.kinds.size()];
+  c.fresh = int(rng() % 100) < opt.fresh_percent;
+  if (c.fresh) {
+    s.groups = s.kind == GemmKind::kNormal ? 1 : int(1 + rng() % kMaxStressGroups);
+    if (rng() % 2 == 0) {
+      std::vector<int64_t> awkward;
+      for (int64_t m : kAwkwardM)
+        if (m <= opt.max_m) awkward.push_back(m);
+      s.m = awkward[rng() % awkward.size()];
+    } else {
+      s.m = 1 + int64_t(rng() % uint64_t(opt.max_m));
+    }
+    s.n = 8 * (1 + int64_t(rng() % (kMaxFreshDim / 8)));
+    s.k = 16 * (1 + int64_t(rng() % (kMaxFreshDim / 16)));
+  } else {
+    std::vector<const WarmShape*> of_kind;
+    for (const WarmShape& w : kWarmShapes)
+      if (w.kind == s.kind) of_kind.push_back(&w);
+    const WarmShape& w = *of_kind[rng() % of_kind.size()];
+    s.groups = w.groups;
+    s.m = w.m;
+    s.n = w.n;
+    s.k = w.k;
+  }
+  while (s.groups > 1 && s.groups * s.n * s.k > kMaxWeightBytes) --s.groups;
+  auto too_big = [&] {
+    const int64_t rows = rows_upper_bound(s);
+    return rows * s.n > kMaxOutputElements || rows * s.n * s.k > kMaxReferenceMacs;
+  };
+  while (too_big() && (s.m > 1 || s.groups > 1)) {
+    if (s.m > 1) s.m /= 2;
+    else --s.groups;
+  }
+  c.sa_k_major = rng() % 2 == 1;
+  c.launch_twice = rng() % 4 == 0;
+  c.data.seed = rng();
+  if (s.kind == GemmKind::kGroupedMasked)
+    for (int g = 0; g < s.groups; ++g) c.data.masked_m.push_back(int(rng() % uint64_t(s.m + 1)));
+  return c;
+}
+
+// The problem the library's heuristic sees for this call (as src/api/gemm.cpp derives it from the tensors), to name
+// the kernel it launches. Empty when the call launches nothing.
+std::string kernel_of(const GemmProblem& p, const Call& c, int num_sms) {
+  Problem q;
+  q.kind = c.shape.kind;
+  q.n = c.shape.n;
+  q.k = c.shape.k;
+  q.num_groups = c.shape.groups;
+  q.sa_k_major = c.sa_k_major;
+  q.m = p.rows();
+  if (c.shape.kind == GemmKind::kGroupedMasked) {
+    int expected = 1;
+    for (int v : p.masked_m()) expected = std::max(expected, v);
+    q.m = std::min<int64_t>(expected, c.shape.m);
+    q.m_max = c.shape.m;
+  }
+  if (p.rows() == 0) return {};
+  return heuristics::select_config(q, num_sms).kernel_function();
+}
+
+// ---- Shared state ------------------------------------------------------------------------------------------------
+
+struct DeviceTally {
+  int ordinal = 0;
+  std::string name;
+  int device_sms = 0;
+  int library_sms = 0;
+  std::atomic<uint64_t> calls{0}, failures{0};
+  std::mutex mutex;
+  std::set<std::string> kernels;  // distinct GEMM kernels launched on this device
+};
+
+struct ThreadState {
+  std::atomic<int64_t> busy_since_ms{-1};  // start of the current call (ms since the run began), -1 when idle
+  std::mutex mutex;
+  std::string current;  // the current call, for the hang report
+};
+
+struct Shared {
+  StressOptions options;
+  Clock::time_point start;
+  std::vector<std::unique_ptr<DeviceTally>> devices;
+  std::vector<std::unique_ptr<ThreadState>> threads;
+  std::atomic<uint64_t> calls{0}, failures{0}, fresh_calls{0};
+  std::atomic<int> finished{0};
+  std::mutex log_mutex;
+
+  int64_t elapsed_ms() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  }
+  void report_failure(DeviceTally* device, const std::string& what) {
+    const uint64_t n = ++failures;
+    if (device != nullptr) ++device->failures;
+    std::lock_guard<std::mutex> lock(log_mutex);
+    if (n <= uint64_t(kMaxLoggedFailures)) std::printf("stress: FAIL %s\n", what.c_str());
+    if (n == uint64_t(kMaxLoggedFailures)) std::printf("stress: (later failures are counted, not printed)\n");
+    std::fflush(stdout);
+  }
+};
+
+std::string describe_call(int device, int thread, int64_t index, const Call& c) {
+  std::ostringstream os;
+  os << "device " << device << " thread " << thread << " call " << index << ": " << c.shape.describe() << " SA "
+     << (c.sa_k_major ? "K-major" : "MN-major") << (c.fresh ? " (new shape)" : "") << " data seed " << c.data.seed;
+  if (!c.data.masked_m.empty()) {
+    os << " masked_m {";
+    for (size_t g = 0; g < c.data.masked_m.size(); ++g) os << (g ? "," : "") << c.data.masked_m[g];
+    os << "}";
+  }
+  return os.str();
+}
+
+void worker(int thread_idx, Shared& shared) {
+  const StressOptions& opt = shared.options;
+  ThreadState& me = *shared.threads[size_t(thread_idx)];
+  std::mt19937_64 rng(opt.seed * 0x9E3779B97F4A7C15ull + uint64_t(thread_idx) * 0xD1B54A32D192ED03ull + 1);
+  const auto deadline = shared.start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.seconds));
+  const size_t num_devices = shared.devices.size();
+  std::map<int, cudaStream_t> streams;  // this thread's stream on each device it used
+  for (int64_t call_idx = 0; Clock::now() < deadline && (opt.max_calls == 0 || call_idx < opt.max_calls); ++call_idx) {
+    DeviceTally& device = *shared.devices[opt.random_device ? rng() % num_devices
+                                                            : size_t(thread_idx + call_idx) % num_devices];
+    const Call call = draw_call(rng, opt);
+    const std::string what = describe_call(device.ordinal, thread_idx, call_idx, call);
+    {
+      std::lock_guard<std::mutex> lock(me.mutex);
+      me.current = what;
+    }
+    me.busy_since_ms = shared.elapsed_ms();
+    try {
+      FG_CUDA_CHECK(cudaSetDevice(device.ordinal));
+      cudaStream_t& stream = streams[device.ordinal];
+      if (stream == nullptr) FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      GemmProblem problem(call.shape, call.data);
+      problem.poison_output(stream);
+      problem.run(call.sa_k_major, stream);
+      if (call.launch_twice) problem.run(call.sa_k_major, stream);
+      sync_and_check(stream, what);
+      const std::vector<uint16_t> out = problem.download_output();
+      const Verdict verdict = check_output(problem, gpu_reference(problem), out);
+      if (!verdict.ok) shared.report_failure(&device, what + ": " + verdict.summary);
+      const std::string kernel = kernel_of(problem, call, device.library_sms);
+      if (!kernel.empty()) {
+        std::lock_guard<std::mutex> lock(device.mutex);
+        device.kernels.insert(kernel);
+      }
+    } catch (const std::exception& e) {
+      shared.report_failure(&device, what + ": " + e.what());
+    }
+    me.busy_since_ms = -1;
+    ++shared.calls;
+    ++device.calls;
+    if (call.fresh) ++shared.fresh_calls;
+  }
+  for (const auto& [ordinal, stream] : streams) {
+    if (stream == nullptr) continue;
+    cudaError_t err = cudaSetDevice(ordinal);
+    if (err == cudaSuccess) err = cudaStreamDestroy(stream);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      shared.report_failure(nullptr, "thread " + std::to_string(thread_idx) + ": cannot destroy its stream on device " +
+                                         std::to_string(ordinal) + ": " + cudaGetErrorString(err));
+    }
+  }
+  ++shared.finished;
+}
+
+void print_summary(const Shared& shared, bool hung) {
+  const JitStats stats = jit_stats();
+  std::printf("stress: calls=%llu failures=%llu compiles=%llu disk_hits=%llu compile_seconds=%.1f new_shape_calls=%llu "
+              "devices=%zu threads=%d seconds=%.1f hung=%d\n",
+              (unsigned long long)shared.calls.load(), (unsigned long long)shared.failures.load(),
+              (unsigned long long)stats.compiles, (unsigned long long)stats.disk_hits, stats.compile_seconds,
+              (unsigned long long)shared.fresh_calls.load(), shared.devices.size(), shared.options.threads,
+              double(shared.elapsed_ms()) / 1e3, hung ? 1 : 0);
+  std::fflush(stdout);
+}
+
+// The devices to drive: the listed ones (each must be a Hopper GPU), or every Hopper GPU for --devices all.
+std::vector<int> resolve_devices(const StressOptions& opt, std::string* error) {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    (void)cudaGetLastError();
+    *error = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
+    return {};
+  }
+  auto is_hopper = [](int ordinal) {
+    int major = 0, minor = 0;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal) == cudaSuccess &&
+           cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal) == cudaSuccess && major == 9 &&
+           minor == 0;
+  };
+  std::vector<int> out;
+  if (opt.all_devices) {
+    for (int d = 0; d < count; ++d) {
+      if (is_hopper(d)) out.push_back(d);
+      else std::printf("stress: device %d is not a Hopper GPU (compute capability 9.0): not used\n", d);
+    }
+    return out;
+  }
+  for (int d : opt.devices) {
+    if (d >= count) {
+      *error = "--devices " + std::to_string(d) + ": only " + std::to_string(count) + " CUDA device" +
+               (count == 1 ? " is" : "s are") + " visible (0.." + std::to_string(count - 1) + ")";
+      return {};
+    }
+    if (!is_hopper(d)) {
+      *error = "--devices " + std::to_string(d) + " is not a Hopper GPU (compute capability 9.0)";
+      return {};
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_stress(int argc, char** argv) {
+  Shared shared;
+  try {
+    shared.options = parse_options(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "finegemm stress: %s (finegemm stress --help lists the options)\n", e.what());
+    return 2;
+  }
+  const StressOptions& opt = shared.options;
+  if (opt.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::string why;
+  if (!has_hopper_gpu(&why)) {
+    std::fprintf(stderr, "finegemm stress: no Hopper GPU present (%s): the stress test needs one.\n", why.c_str());
+    return 1;
+  }
+  const std::vector<int> ordinals = resolve_devices(opt, &why);
+  if (ordinals.empty()) {
+    std::fprintf(stderr, "finegemm stress: %s\n", why.empty() ? "no Hopper GPU to drive" : why.c_str());
+    return 1;
+  }
+
+  // Per-device facts, as the CUDA runtime and as the library see them.
+  jit::Runtime& runtime = jit::Runtime::instance();
+  const int sms_option = runtime.options().num_sms;
+  std::string kinds;
+  for (GemmKind k : opt.kinds) kinds += std::string(kinds.empty() ? "" : ",") + kind_name(k);
+  std::printf("stress: finegemm %s, %d threads, %.0f s, %zu device(s) (%s order), kinds %s, seed %llu, max M %lld, "
+              "%d%% new shapes, cache %s\n",
+              version(), opt.threads, opt.seconds, ordinals.size(), opt.random_device ? "random" : "alternate",
+              kinds.c_str(), (unsigned long long)opt.seed, (long long)opt.max_m, opt.fresh_percent,
+              cache_dir().empty() ? "(disabled)" : cache_dir().c_str());
+  for (int ordinal : ordinals) {
+    auto tally = std::make_unique<DeviceTally>();
+    tally->ordinal = ordinal;
+    try {
+      FG_CUDA_CHECK(cudaSetDevice(ordinal));
+      cudaDeviceProp prop{};
+      FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+      tally->name = prop.name;
+      tally->device_sms = prop.multiProcessorCount;
+      tally->library_sms = get_num_sms();
+      const jit::DeviceInfo& info = runtime.device_info(ordinal);
+      const int expected_sms = sms_option > 0 && sms_option < prop.multiProcessorCount ? sms_option : prop.multiProcessorCount;
+      std::printf("stress: device %d: %s, %d SMs, finegemm uses %d SMs%s\n", ordinal, prop.name,
+                  prop.multiProcessorCount, tally->library_sms,
+                  sms_option > 0 ? (" (FINEGEMM_NUM_SMS=" + std::to_string(sms_option) + ")").c_str() : "");
+      if (tally->library_sms != expected_sms || info.num_sms != prop.multiProcessorCount || info.name != prop.name)
+        shared.report_failure(nullptr, "device " + std::to_string(ordinal) + ": the library sees '" + info.name + "' with " +
+                                           std::to_string(info.num_sms) + " SMs and uses " +
+                                           std::to_string(tally->library_sms) + ", expected '" + prop.name + "' with " +
+                                           std::to_string(prop.multiProcessorCount) + " SMs and " +
+                                           std::to_string(expected_sms));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "finegemm stress: device %d: %s\n", ordinal, e.what());
+      return 1;
+    }
+    shared.devices.push_back(std::move(tally));
+  }
+  std::fflush(stdout);
+
+  shared.start = Clock::now();
+  for (int t = 0; t < opt.threads; ++t) shared.threads.push_back(std::make_unique<ThreadState>());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < opt.threads; ++t) threads.emplace_back(worker, t, std::ref(shared));
+
+  // Watchdog: a call that does not return within --hang-seconds is a deadlock (or a hung kernel).
+  const int64_t hang_ms = int64_t(opt.hang_seconds * 1e3);
+  int64_t next_progress_ms = kProgressPeriodMs;
+  while (shared.finished.load() < opt.threads) {
+    std::this_thread::sleep_for(kWatchdogPeriod);
+    const int64_t now_ms = shared.elapsed_ms();
+    if (now_ms >= next_progress_ms) {
+      next_progress_ms += kProgressPeriodMs;
+      std::lock_guard<std::mutex> lock(shared.log_mutex);
+      std::printf("stress: %.0f s: calls=%llu failures=%llu compiles=%llu\n", double(now_ms) / 1e3,
+                  (unsigned long long)shared.calls.load(), (unsigned long long)shared.failures.load(),
+                  (unsigned long long)jit_stats().compiles);
+      std::fflush(stdout);
+    }
+    for (int t = 0; t < opt.threads; ++t) {
+      ThreadState& state = *shared.threads[size_t(t)];
+      const int64_t since = state.busy_since_ms.load();
+      if (since < 0 || now_ms - since < hang_ms) continue;
+      {
+        std::lock_guard<std::mutex> lock(state.mutex);
+        std::lock_guard<std::mutex> log_lock(shared.log_mutex);
+        std::printf("stress: HANG: thread %d has been in one call for %.0f s (--hang-seconds %g): %s\n", t,
+                    double(now_ms - since) / 1e3, opt.hang_seconds, state.current.c_str());
+      }
+      print_summary(shared, true);
+      std::fflush(nullptr);
+      std::_Exit(3);
+    }
+  }
+  for (auto& th : threads) th.join();
+
+  // Per device: calls, kernels, and the device error word (no call of the stress may raise it).
+  for (const auto& device : shared.devices) {
+    uint32_t flags = 0;
+    try {
+      FG_CUDA_CHECK(cudaSetDevice(device->ordinal));
+      flags = device_error_flags();
+    } catch (const std::exception& e) {
+      shared.report_failure(device.get(), "device " + std::to_string(device->ordinal) + ": " + e.what());
+    }
+    if (flags != 0)
+      shared.report_failure(device.get(), "device " + std::to_string(device->ordinal) + ": device error flags " +
+                                              std::to_string(flags) + " raised by valid calls");
+    std::printf("stress: device %d: %s, %d SMs (finegemm %d): calls=%llu failures=%llu kernels=%zu error_flags=%u\n",
+                device->ordinal, device->name.c_str(), device->device_sms, device->library_sms,
+                (unsigned long long)device->calls.load(), (unsigned long long)device->failures.load(),
+                device->kernels.size(), flags);
+  }
+  print_summary(shared, false);
+  return shared.failures.load() == 0 ? 0 : 1;
+}
+
+}  // namespace finegemm::tools
