@@ -2,6 +2,8 @@
 // cache directory is hit without recompiling, and commands that need a GPU say so clearly.
 #include <gtest/gtest.h>
 
+#include "run_command.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,16 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string run(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = p != nullptr ? pclose(p) : -1;
-  if (status != nullptr) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
-}
+using finegemm::test::run_command;
 
 int compiled_count(const std::string& out) {
   std::smatch m;
@@ -51,7 +44,7 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
   for (int i = 0; i < 4; ++i) script += cmd + " > " + (dir / ("out" + std::to_string(i))).string() + " 2>&1 & ";
   script += "wait)";
   int status = 0;
-  run(script, &status);
+  run_command(script, &status);
   int total = 0;
   for (int i = 0; i < 4; ++i) {
     std::ifstream in(dir / ("out" + std::to_string(i)));
@@ -60,7 +53,7 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
     ASSERT_GE(c, 0) << out;
     total += c;
   }
-  const std::string again = run(cmd);
+  const std::string again = run_command(cmd);
   EXPECT_EQ(compiled_count(again), 0) << again;
   // Distinct kernels = cache entries.
   size_t entries = 0;
@@ -70,7 +63,7 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
   EXPECT_EQ(size_t(total), entries) << "each kernel compiled exactly once across the 4 processes";
   // A copy of the cache at another path is hit without recompiling.
   fs::copy(cache, dir / "copied", fs::copy_options::recursive);
-  const std::string copied = run("FINEGEMM_CACHE_DIR=" + (dir / "copied").string() + " " + kCli + " warmup --shapes " +
+  const std::string copied = run_command("FINEGEMM_CACHE_DIR=" + (dir / "copied").string() + " " + kCli + " warmup --shapes " +
                                  (dir / "shapes.csv").string() + " --m-range 1:300 --sms 132 --jobs 1");
   EXPECT_EQ(compiled_count(copied), 0) << copied;
   fs::remove_all(dir);
@@ -79,10 +72,10 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
 TEST(Cli, GpuCommandsSayWhenThereIsNoGpu) {
   if (kCli.empty()) GTEST_SKIP() << "CLI not built";
   int status = 0;
-  const std::string out = run(kCli + " bench", &status);
+  const std::string out = run_command(kCli + " bench", &status);
   if (out.find("no Hopper GPU present") == std::string::npos) GTEST_SKIP() << "a GPU is present: " << out.substr(0, 200);
   EXPECT_EQ(status, 0);
-  const std::string usage = run(kCli + " frobnicate", &status);
+  const std::string usage = run_command(kCli + " frobnicate", &status);
   EXPECT_EQ(status, 2);
   EXPECT_NE(usage.find("usage: finegemm"), std::string::npos);
 }
@@ -91,10 +84,10 @@ TEST(Cli, CheckFailsOnACorruptedOutput) {
   // The checker and its exit code, on the CPU (scripts/device-check.sh runs the GPU version with --corrupt too).
   if (kCli.empty()) GTEST_SKIP() << "CLI not built";
   int status = -1;
-  const std::string good = run(kCli + " check --cpu --cases 4 --seed 3", &status);
+  const std::string good = run_command(kCli + " check --cpu --cases 4 --seed 3", &status);
   EXPECT_EQ(status, 0) << good;
   EXPECT_NE(good.find("4 passed, 0 failed"), std::string::npos) << good;
-  const std::string bad = run(kCli + " check --cpu --cases 4 --seed 3 --corrupt", &status);
+  const std::string bad = run_command(kCli + " check --cpu --cases 4 --seed 3 --corrupt", &status);
   EXPECT_EQ(status, 1) << bad;
   EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 3 --cases 1 --corrupt"), std::string::npos) << bad;
 }
@@ -104,7 +97,7 @@ TEST(Cli, SassShowsTheFfmaRunsOfTheChosenKernel) {
   const fs::path dir = temp_dir();
   int status = -1;
   const std::string out =
-      run("FINEGEMM_CACHE_DIR=" + dir.string() + " " + kCli + " sass --m 4096 --n 2112 --k 7168", &status);
+      run_command("FINEGEMM_CACHE_DIR=" + dir.string() + " " + kCli + " sass --m 4096 --n 2112 --k 7168", &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("sm90_fp8_gemm_kernel<0, 2112u, 7168u"), std::string::npos) << out;
   EXPECT_NE(out.find("FFMA interleave (pass v1)"), std::string::npos) << out;

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "run_command.hpp"
+
 extern char** environ;
 
 namespace fs = std::filesystem;
@@ -38,16 +40,7 @@ const std::vector<std::string> kWarmupArgs = {"warmup", "--n",   "576,2112", "--
                                               "64:64",  "--sms", "132",      "--jobs", "1"};
 constexpr int kNumWarmupKernels = 12;
 
-std::string run(const std::string& cmd, int* status = nullptr) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = p != nullptr ? pclose(p) : -1;
-  if (status != nullptr) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return out;
-}
+using finegemm::test::run_command;
 
 fs::path temp_dir() {
   char tmpl[] = "/tmp/finegemm-stress-cli-XXXXXX";
@@ -60,7 +53,7 @@ fs::path temp_dir() {
 TEST(StressCli, WithoutAGpuFailsWithAClearMessage) {
   if (kCli.empty()) GTEST_SKIP() << "CLI not built";
   int status = -1;
-  const std::string out = run(kCli + " stress --threads 2 --seconds 1", &status);
+  const std::string out = run_command(kCli + " stress --threads 2 --seconds 1", &status);
   if (out.find("no Hopper GPU present") == std::string::npos) GTEST_SKIP() << "a GPU is present: " << out.substr(0, 200);
   EXPECT_EQ(status, 1) << out;
   EXPECT_NE(out.find("finegemm stress: no Hopper GPU present ("), std::string::npos) << out;
@@ -91,17 +84,17 @@ TEST(StressCli, BadOptionsAreRejectedWithTheirName) {
   };
   for (const auto& c : cases) {
     int status = -1;
-    const std::string out = run(kCli + " stress " + c.args, &status);
+    const std::string out = run_command(kCli + " stress " + c.args, &status);
     EXPECT_EQ(status, 2) << c.args << ": " << out;
     EXPECT_EQ(out.rfind("finegemm stress: ", 0), 0u) << c.args << ": " << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << c.args << ": " << out;
     EXPECT_NE(out.find("finegemm stress --help"), std::string::npos) << c.args << ": " << out;
   }
   int status = -1;
-  const std::string help = run(kCli + " stress --help", &status);
+  const std::string help = run_command(kCli + " stress --help", &status);
   EXPECT_EQ(status, 0) << help;
   EXPECT_EQ(help.rfind("usage: finegemm stress", 0), 0u) << help;
-  const std::string usage = run(kCli + " --help", &status);
+  const std::string usage = run_command(kCli + " --help", &status);
   EXPECT_NE(usage.find("  stress  "), std::string::npos) << "finegemm --help lists stress: " << usage;
 }
 
@@ -237,11 +230,22 @@ std::string warmup_command(const fs::path& cache) {
 // After the kill, a warm-up that has nothing left to compile: every kernel is in the cache, none twice, no leftovers.
 void expect_complete_cache(const fs::path& cache, int num_kernels) {
   int status = -1;
-  const std::string again = run(warmup_command(cache), &status);
+  const std::string again = run_command(warmup_command(cache), &status);
   EXPECT_EQ(status, 0) << again;
   EXPECT_EQ(warmup_counts(again), std::make_pair(0, num_kernels)) << again;
   EXPECT_EQ(count_entries(cache), size_t(num_kernels));
   EXPECT_EQ(count_files(cache, ".tmp."), 0u) << "a temporary file of the killed writer was left behind";
+}
+
+/// Polls until `victim` has stored two kernels and holds the lock of a third (it is compiling it); false if it
+/// exited or kKillTimeout passed first.
+bool wait_until_compiling(Process& victim, const fs::path& cache) {
+  const auto deadline = Clock::now() + kKillTimeout;
+  while (Clock::now() < deadline && !victim.exited()) {
+    if (count_entries(cache) >= 2 && cache_locks(cache).holders.count(victim.pid()) != 0) return true;
+    std::this_thread::sleep_for(kPollPeriod);
+  }
+  return false;
 }
 
 TEST(StressCli, WarmupKilledInTheMiddleOfACompileLeavesACacheTheNextProcessUsesAndRepairs) {
@@ -251,12 +255,7 @@ TEST(StressCli, WarmupKilledInTheMiddleOfACompileLeavesACacheTheNextProcessUsesA
   const fs::path cache = dir.path / "cache";
   Process victim(kWarmupArgs, cache, dir.path / "victim.log");
   // Kill it once it has stored two kernels and holds the lock of a third, i.e. is compiling it (NVRTC, in-process).
-  const auto deadline = Clock::now() + kKillTimeout;
-  bool compiling = false;
-  while (!compiling && Clock::now() < deadline && !victim.exited()) {
-    compiling = count_entries(cache) >= 2 && cache_locks(cache).holders.count(victim.pid()) != 0;
-    if (!compiling) std::this_thread::sleep_for(kPollPeriod);
-  }
+  const bool compiling = wait_until_compiling(victim, cache);
   const int status = victim.kill();
   ASSERT_TRUE(compiling) << "never caught the warm-up compiling; status " << status << ", log:\n"
                          << read_text(dir.path / "victim.log");
@@ -266,7 +265,7 @@ TEST(StressCli, WarmupKilledInTheMiddleOfACompileLeavesACacheTheNextProcessUsesA
   // The next process loads what the killed one stored, compiles the rest (the interrupted kernel included).
   const auto begin = Clock::now();
   int next_status = -1;
-  const std::string next = run(warmup_command(cache), &next_status);
+  const std::string next = run_command(warmup_command(cache), &next_status);
   EXPECT_EQ(next_status, 0) << next;
   const auto [compiled, cached] = warmup_counts(next);
   EXPECT_EQ(cached, int(stored_before_kill)) << next;
@@ -283,9 +282,7 @@ TEST(StressCli, ProcessWaitingForAKilledCompileTakesOver) {
   const fs::path cache = dir.path / "cache";
   Process victim(kWarmupArgs, cache, dir.path / "victim.log");
   const auto deadline = Clock::now() + kKillTimeout;
-  while (Clock::now() < deadline && !victim.exited() &&
-         (count_entries(cache) < 2 || cache_locks(cache).holders.count(victim.pid()) == 0))
-    std::this_thread::sleep_for(kPollPeriod);
+  wait_until_compiling(victim, cache);
   // A second process on the same kernels: it loads what the victim stored and then blocks on the victim's lock.
   Process waiter(kWarmupArgs, cache, dir.path / "waiter.log");
   bool caught = false;
