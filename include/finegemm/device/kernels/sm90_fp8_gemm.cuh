@@ -76,6 +76,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kStageBytes =
       Layout::kABytesPerStage + Layout::kBBytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
   constexpr uint32_t kFullArrivals = 1 + 32;  // the TMA thread (with its bytes) and the scale warp's lanes
+  // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
+  // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
+  // SB is read by lane 0 of each math warp and shuffled; K-major SA is read by every math thread; MN-major SA, A and
+  // B are read by the async proxy (wgmma) and written by TMA. The peer CTA of a cluster gets one arrive per warp.
+  constexpr uint32_t kLocalReleaseArrivals = kSaKMajor ? kNumMathThreads : kNumMathWarps;
+  constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kClusterSize - 1) * kNumMathWarps;
   using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kClusterSize, kMulticastOnA>;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
@@ -102,7 +108,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     ptx::tma_prefetch_descriptor(&args.tma_d);
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbarrier_init(&full_barriers[s], kFullArrivals);
-      ptx::mbarrier_init(&empty_barriers[s], kClusterSize * kNumMathWarps);
+      ptx::mbarrier_init(&empty_barriers[s], kEmptyArrivals);
     }
     ptx::fence_mbarrier_init();
   }
@@ -258,21 +264,24 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float* sa = smem_sa + pipe.stage * kSaFloatsPerStage;
         const float sa0 = ptx::ld_shared_f32(sa + r0);
         const float sa1 = ptx::ld_shared_f32(sa + r1);
-        const float sb0 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2);
-        const float sb1 = kUniformScaleB ? sb0 : ptx::ld_shared_f32(smem_sb + pipe.stage * 2 + 1);
+        float sb0 = 0.0f, sb1 = 0.0f;
+        if (lane_idx == 0) {
+          sb0 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2);
+          if constexpr (!kUniformScaleB) sb1 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2 + 1);
+        }
+        sb0 = __shfl_sync(0xffffffff, sb0, 0);
+        sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb1, 0);
         const float s00 = sa0 * sb0, s10 = sa1 * sb0;
         const float s01 = sa0 * sb1, s11 = sa1 * sb1;
         ptx::wgmma_wait_group<0>();
 #pragma unroll
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
 
-        // Release the stage before promotion so TMA refills it meanwhile. The warp syncs first: lane 0's arrive then
-        // also orders the other lanes' scale reads before the scale warp rewrites the stage (racecheck flagged it).
-        __syncwarp();
-        if constexpr (kClusterSize == 1) {
-          if (lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[pipe.stage]);
-        } else {
-          if (lane_idx < kClusterSize) ptx::mbarrier_arrive_cluster(&empty_barriers[pipe.stage], lane_idx);
+        // Release the stage before promotion so TMA refills it meanwhile (kEmptyArrivals says who arrives).
+        if (kSaKMajor || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[pipe.stage]);
+        if constexpr (kClusterSize > 1) {
+          __syncwarp();
+          if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[pipe.stage], cta_rank ^ 1);
         }
 
         // Promotion: the fp32 block result, scaled by SA * SB, into the running accumulator.
