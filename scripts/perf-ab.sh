@@ -15,10 +15,11 @@ for variant in "$@"; do
   env $envs timeout 300 "$BUILD/finegemm" bench --shapes "$SHAPES" --iters "${AB_ITERS:-30}" \
     > "$OUT_DIR/ab-$label.log" 2>&1
   echo "== $label ($envs) rc=$?"
-  # kind G M N K | config | us ... | x cuBLT x best | check  ->  compact columns
+  # kind G M N K | config | us ev-us TFLOPS ... | x cuBLT x best | check  ->  compact columns
   awk -F'|' -v label="$label" '/^(normal|contiguous|masked) / {
       split($1, s, " "); split($3, t, " "); split($5, x, " ");
-      printf "%-10s %-10s %3s %5s %6s %6s  %-46s %9s us %6s TF  xcublt %5s  xbest %5s  %s\n",
-             label, s[1], s[2], s[3], s[4], s[5], $2, t[1], t[2], x[1], x[2], $6 }' "$OUT_DIR/ab-$label.log"
+      printf "%-10s %-10s %3s %5s %6s %6s  %-46s %9s us (ev %7s) %6s TF  xcublt %5s  xbest %5s  %s\n",
+             label, s[1], s[2], s[3], s[4], s[5], $2, t[1], t[2], t[3], x[1], x[2], $6 }' "$OUT_DIR/ab-$label.log"
+  grep -E "^timer:" "$OUT_DIR/ab-$label.log"
   grep -E "^geomean" "$OUT_DIR/ab-$label.log"
 done

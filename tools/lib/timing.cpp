@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -118,6 +119,38 @@ class EventSet {
 
 void warn(const std::string& msg) { std::fprintf(stderr, "finegemm::tools: warning: %s\n", msg.c_str()); }
 
+// How far a call's kernel time may exceed its event time before the records are suspect: the events bracket the
+// kernels on the same stream, so only the timers' resolutions separate them.
+constexpr double kKernelOverEventSlackUs = 1.0;
+
+// Throws when the CUPTI records cannot give a kernel time for every call; warns on what looks wrong but still
+// measures the calls (kernels from elsewhere, varying kernel counts, kernel time above event time).
+void check_kernel_times(const CallKernelTimes& calls, const std::vector<double>& event_us) {
+  const int n = static_cast<int>(calls.us.size());
+  for (int i = 0; i < n; ++i) {
+    if (calls.kernels[static_cast<size_t>(i)] == 0)
+      throw std::runtime_error("time_kernel: CUPTI recorded no kernel for timed call " + std::to_string(i) + " of " +
+                               std::to_string(n) + " (the enqueue function launched none, or its launches were not "
+                               "traced); time non-kernel work with TimeSource::kEvents");
+  }
+  if (calls.incomplete > 0 || calls.conflicting > 0)
+    throw std::runtime_error("time_kernel: " + std::to_string(calls.incomplete) + " kernel records without " +
+                             "timestamps and " + std::to_string(calls.conflicting) + " attributed to two calls");
+  if (calls.unassigned > 0)
+    warn("time_kernel: " + std::to_string(calls.unassigned) + " kernels (first: " + calls.first_unassigned_name +
+         ") ran during the timed loop but were not launched by a timed call; not counted");
+  const auto [lo, hi] = std::minmax_element(calls.kernels.begin(), calls.kernels.end());
+  if (*lo != *hi)
+    warn("time_kernel: the timed calls launched between " + std::to_string(*lo) + " and " + std::to_string(*hi) +
+         " kernels each");
+  int over = 0;
+  for (int i = 0; i < n; ++i)
+    if (calls.us[static_cast<size_t>(i)] > event_us[static_cast<size_t>(i)] + kKernelOverEventSlackUs) ++over;
+  if (over > 0)
+    warn("time_kernel: " + std::to_string(over) + " of " + std::to_string(n) + " calls have a kernel time above " +
+         "their event time; the CUPTI records may be attributed to the wrong calls");
+}
+
 }  // namespace
 
 // ---- L2Flusher ---------------------------------------------------------------------------------------------------
@@ -135,13 +168,13 @@ void L2Flusher::flush(cudaStream_t s) {
 // ---- time_kernel -------------------------------------------------------------------------------------------------
 
 Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int iters, int warmup,
-                   bool flush_l2, L2Flusher* flusher) {
+                   bool flush_l2, L2Flusher* flusher, TimeSource source) {
   if (!enqueue) throw std::invalid_argument("time_kernel: empty enqueue function");
   if (iters < 1) throw std::invalid_argument("time_kernel: iters must be >= 1, got " + std::to_string(iters));
   if (warmup < 0) throw std::invalid_argument("time_kernel: warmup must be >= 0, got " + std::to_string(warmup));
 
   // Declaration order matters for the exception path: the gate (declared last) is destroyed first, which releases
-  // and drains the stream before the events and the flush buffer go away.
+  // and drains the stream before the recording stops and the events and the flush buffer go away.
   L2Flusher* fl = nullptr;
   std::unique_ptr<L2Flusher> own_flusher;
   if (flush_l2) {
@@ -154,12 +187,16 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_
   // Surface faults of the warm-up calls here rather than in the timed loop.
   sync_and_check(s, "time_kernel: after the warm-up calls");
 
+  std::optional<KernelRecording> recording;
+  if (source == TimeSource::kCuptiKernels && kernel_timer_available()) recording.emplace(iters);
   {
     StreamGate gate(s);
     for (int i = 0; i < iters; ++i) {
       if (fl != nullptr) fl->flush(s);
       FG_CUDA_CHECK(cudaEventRecord(start[i], s));
+      if (recording) recording->begin_call(i);
       enqueue(s);
+      if (recording) recording->end_call();
       FG_CUDA_CHECK(cudaEventRecord(stop[i], s));
     }
     gate.finish("time_kernel: after the timed calls");
@@ -168,22 +205,28 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_
            "include host launch gaps");
   }
 
-  std::vector<double> us(static_cast<size_t>(iters));
+  std::vector<double> event_us(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     float ms = 0.f;
     FG_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
-    us[static_cast<size_t>(i)] = static_cast<double>(ms) * 1000.0;
+    event_us[static_cast<size_t>(i)] = static_cast<double>(ms) * 1000.0;
   }
+  const SampleStats events = summarize_samples(event_us);
   Timing t;
   t.samples = iters;
-  double sum = 0;
-  for (double v : us) sum += v;
-  t.mean_us = sum / iters;
-  std::sort(us.begin(), us.end());
-  t.min_us = us.front();
-  t.max_us = us.back();
-  const size_t n = us.size();
-  t.median_us = (n % 2 == 1) ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  t.event_median_us = events.median;
+  if (!recording) {
+    t.source = TimeSource::kEvents;
+    t.median_us = events.median, t.min_us = events.min, t.max_us = events.max, t.mean_us = events.mean;
+    return t;
+  }
+
+  const CallKernelTimes calls = recording->finish();
+  check_kernel_times(calls, event_us);
+  const SampleStats kernels = summarize_samples(calls.us);
+  t.source = TimeSource::kCuptiKernels;
+  t.median_us = kernels.median, t.min_us = kernels.min, t.max_us = kernels.max, t.mean_us = kernels.mean;
+  t.kernels_per_call = *std::max_element(calls.kernels.begin(), calls.kernels.end());
   return t;
 }
 

@@ -1,9 +1,12 @@
 // Kernel timing for the finegemm bench and GPU tests (DESIGN.md section 5).
 //
-// Kernel time: CUDA events recorded around each call, all enqueued back to back with no host synchronization inside
+// Event time: CUDA events recorded around each call, all enqueued back to back with no host synchronization inside
 // the loop, the L2 flushed before each timed call *outside* its event pair, median of the samples. To keep host
 // launch gaps out of the measurement, the timed loop is queued behind a "stream gate" (a host function that holds the
 // stream until the host has finished enqueuing everything); the GPU then runs the whole queue back to back.
+// Event time still includes the GPU-side gap between the start event and the kernel (about 3 us on an H100).
+// Kernel time (TimeSource::kCuptiKernels): the same loop, with CUPTI activity records of the kernels each call
+// launched (lib/kernel_timer.hpp); this is what the torch profiler, and so the anchors, measure.
 // Host overhead is measured separately (host_overhead_us).
 #pragma once
 
@@ -13,6 +16,7 @@
 #include <functional>
 
 #include "lib/device_buffer.hpp"
+#include "lib/kernel_timer.hpp"
 
 namespace finegemm::tools {
 
@@ -31,23 +35,36 @@ class L2Flusher {
   int value_ = 0;  // alternates between two byte values
 };
 
+/// What Timing's median/min/max/mean measure.
+enum class TimeSource {
+  kEvents,        // CUDA events around each call
+  kCuptiKernels,  // sum of the GPU durations of the kernels each call launched (CUPTI activity records)
+};
+
 struct Timing {
-  double median_us = 0, min_us = 0, max_us = 0, mean_us = 0;
+  double median_us = 0, min_us = 0, max_us = 0, mean_us = 0;  // per call, in `source` time
   int samples = 0;
+  TimeSource source = TimeSource::kEvents;
+  double event_median_us = 0;  // CUDA-event time of the same calls (equal to median_us when source is kEvents)
+  int kernels_per_call = 0;    // kCuptiKernels: kernels launched per call (the largest count seen); else 0
 };
 
 /// Times `enqueue`, which must enqueue exactly one call of the thing to time on stream `s` and must not
 /// synchronize (if it does, the measurement stays valid but the stream gate times out after 2 s, with a warning on
-/// stderr, and host gaps may enter the samples).
+/// stderr, and host gaps may enter the event samples).
 ///  1. `warmup` untimed calls (JIT compilation, first-touch, cuBLASLt kernel loading happen here);
-///  2. a stream gate, then for each of `iters` calls: [L2 flush if flush_l2] record(start_i) enqueue(s) record(stop_i);
+///  2. a stream gate, then for each of `iters` calls: [L2 flush if flush_l2] record(start_i) enqueue(s) record(stop_i)
+///     (with kCuptiKernels, enqueue(s) runs between KernelRecording::begin_call(i) and end_call());
 ///  3. the gate is released, one cudaEventSynchronize on the last stop event, per-call elapsed times are read.
 /// `flusher`: used when flush_l2 is true; when it is null, a 256 MiB flusher is allocated for this call.
+/// `source`: kCuptiKernels also records the kernels of each timed call with CUPTI and reports their summed GPU
+/// durations (event time in event_median_us); when CUPTI is not available (kernel_timer_available() says why) it
+/// falls back to events, and the result's `source` says so. Only for work made of kernels (not copies or memsets).
 /// Requires iters >= 1 and warmup >= 0 (else std::invalid_argument). Throws std::runtime_error on CUDA errors
-/// (including an asynchronous fault of the timed work, reported at the final synchronize) and propagates anything
-/// `enqueue` throws, after draining the stream.
+/// (including an asynchronous fault of the timed work, reported at the final synchronize), on CUPTI errors and when
+/// CUPTI saw no kernel for a call, and propagates anything `enqueue` throws, after draining the stream.
 Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int iters = 30, int warmup = 3,
-                   bool flush_l2 = true, L2Flusher* flusher = nullptr);
+                   bool flush_l2 = true, L2Flusher* flusher = nullptr, TimeSource source = TimeSource::kEvents);
 
 /// Host overhead: mean wall time (std::chrono::steady_clock), in microseconds, of one call of `enqueue` over `calls`
 /// warm calls. 10 untimed warm-up calls come first. The stream is held by a gate while batches of 64 calls are
