@@ -30,8 +30,8 @@ constexpr const char* kQuantizeHeader = "finegemm/device/kernels/quantize.cuh";
 constexpr const char* kQuantizeParameters = "(const finegemm::device::QuantizeArgs)";
 constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();  // gridDim.x limit
-constexpr int kInputAlignBytes = 16;   // one 16-byte load per 8 bf16 (two per 8 fp32)
-constexpr int kOutputAlignBytes = 8;   // one 8-byte store per 8 e4m3 codes
+constexpr int kInputAlignBytes = 16;   // 16-byte loads of 8 bf16 or 4 fp32
+constexpr int kOutputAlignBytes = 8;   // 8-byte stores of 8 e4m3 codes (4-byte stores of 4 for fp32 inputs)
 
 enum class QuantizeKind : int { kPerToken = 0, kPerBlock = 1 };
 
@@ -111,7 +111,7 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
                               scales.shape[row_dim] == scale_rows && scales.shape[row_dim + 1] == k_blocks;
   check_arg(scale_shape_ok, fn, "scales must have shape ", scale_shape, " = [", grouped ? std::to_string(groups) + ", " : "",
             scale_rows, ", ", k_blocks, "] for x ", x.describe(), ", got ", scales.describe());
-  check_arg(cols % device::kQuantElemsPerThread == 0, fn, "K must be a multiple of ", device::kQuantElemsPerThread,
+  check_arg(cols % device::kQuantColumnAlign == 0, fn, "K must be a multiple of ", device::kQuantColumnAlign,
             ", got K=", cols);
 
   QuantizeLaunch launch;
@@ -127,12 +127,14 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
   expect_aligned(out.data, kOutputAlignBytes, fn, "out");
   expect_aligned(scales.data, 4, fn, "scales");
 
-  // Per-token: one unit per (group, row, k block), kPerTokenUnitsPerCta per CTA. Per-block: one CTA per block.
-  // Both kernels index units and CTAs with 32 bits.
+  // Per-token: one item per (group, pair of rows, k block), kPerTokenItemsPerCta per CTA. Per-block: one CTA per
+  // block. Both kernels index items and CTAs with 32 bits.
   const int64_t num_blocks = groups * scale_rows * k_blocks;
   check_arg(num_blocks <= kMaxGrid, fn, "x has too many scale blocks for one launch (", num_blocks,
             "): split it, got ", x.describe());
-  const int64_t grid = kind == QuantizeKind::kPerToken ? ceil_div(num_blocks, device::kPerTokenUnitsPerCta) : num_blocks;
+  const int64_t num_items = groups * ceil_div(rows, device::kQuantRowsPerThread) * k_blocks;
+  const int64_t grid =
+      kind == QuantizeKind::kPerToken ? ceil_div(num_items, device::kPerTokenItemsPerCta) : num_blocks;
 
   device::QuantizeArgs& a = launch.args;
   a.x = x.data;
@@ -220,7 +222,7 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   config.gridDimX = launch.grid;
   config.gridDimY = 1;
   config.gridDimZ = 1;
-  config.blockDimX = device::kQuantNumThreads;
+  config.blockDimX = launch.kind == QuantizeKind::kPerToken ? device::kPerTokenNumThreads : device::kPerBlockNumThreads;
   config.blockDimY = 1;
   config.blockDimZ = 1;
   config.sharedMemBytes = 0;

@@ -1,14 +1,27 @@
 // The FP8 quantizers: 1x128 per-token (activations) and 128x128 per-block (weights), writing e4m3 codes and fp32
 // dequantization scales in the layouts the GEMMs read.
 //
-// Numerics (bit-exact with the CPU reference, src/reference/quantize.cpp): for each block, amax = max |x|,
-// scale = max(amax, 2^-64) / 448 and q = e4m3_rne_satfinite(x / scale), both divisions IEEE round-to-nearest
-// (not x * (1 / scale), which rounds twice).
+// Numerics (bit-exact with the CPU reference, src/reference/quantize.cpp): per block, amax = max |x|,
+// scale = RN(max(amax, 2^-64) / 448) and q = e4m3_rne_satfinite(RN(x / scale)), with no division instruction:
+// - block_scale: s0 = RN(a * RN(1/448)) is within 1 ulp of a / 448, the residual a - 448 * s0 is exact in one FMA,
+//   and RN(s0 + residual * RN(1/448)) is the correctly rounded quotient (Markstein's theorem).
+// - reciprocal_rn: RN(1 / scale) from the 1-ulp hardware approximation, one Newton step, then whichever of the result
+//   and its neighbour towards 1 / scale has the smaller exact FMA residual |1 - scale * r|. Scales lie in
+//   [2^-64 / 448, FLT_MAX / 448], so neither a scale nor its reciprocal is ever subnormal.
+// - divide_rn: the same Markstein correction per element with r = RN(1 / scale), one FMUL and two FFMAs. For
+//   quotients of at least 2^-11 the residual stays a multiple of 2^-149, hence exact; smaller quotients (where q0 may
+//   be subnormal) round to an e4m3 zero of the sign of x either way.
+// tests/unit/test_quantize_arith.cpp proves these steps on the CPU (exhaustively where the argument needs it);
+// tests/gpu/test_quantize_gpu.cpp checks the device functions against the GPU's IEEE division.
 //
-// Work split: 16 threads cover the 128 columns of one block row, 8 consecutive elements each (one 16-byte load
-// for bf16, two for fp32; one 8-byte store of e4m3 codes). Per-token: 16 (group, row, k block) units per CTA,
-// k block fastest so that a CTA reads 16 consecutive blocks of a row. Per-block: one CTA per 128x128 block, held in
-// registers (8 passes of 16 rows), so the input is read once.
+// Work split: 4 threads share each 128-column block row, thread t holding the 16-byte vectors t, t + 4, ... of the row
+// (32 elements), so that each vector load of the 4 threads reads 64 contiguous bytes. A thread holds 2 rows and issues
+// all its loads (8 for bf16, 16 for fp32) before any arithmetic, keeping the input as loaded until it quantizes it.
+// Per element that leaves one bf16 unpack, FMUL + 2 FFMA and half a conversion, plus half a packed max for the amax.
+// - Per-token: an item is one k block of 2 consecutive rows, (group, row pair, k block) with k block fastest, taken
+//   by 4 threads; a CTA of 256 threads takes 64 items (32 KB of bf16).
+// - Per-block: a CTA of 256 threads takes one 128x128 block in 2 passes of 64 rows, both held in registers (the input
+//   is read once); the amax goes through warp shuffles and one shared-memory exchange.
 #pragma once
 
 #include "finegemm/device/common/quantize_args.cuh"
@@ -17,129 +30,226 @@
 
 namespace finegemm::device {
 
-inline constexpr uint32_t kQuantNumWarps = kQuantNumThreads / 32;
-inline constexpr uint32_t kPerBlockNumPasses = kQuantBlock / kQuantRowsPerPass;  // 8
-inline constexpr float kQuantMinAmax = 0x1p-64f;  // smallest amax used: no scale is ever 0, inf or NaN
-inline constexpr float kE4M3Max = 448.0f;
 inline constexpr uint32_t kFullWarpMask = 0xFFFFFFFFu;
-
-/// Loads 8 consecutive elements (bf16 or fp32) as floats; bf16 -> fp32 is exact.
+inline constexpr uint32_t kPerBlockNumWarps = kPerBlockNumThreads / 32;
+/// CTAs of 256 threads kept resident per SM: with bf16, 1024 threads x 8 loads x 16 bytes = 128 KB in flight per SM
+/// (at most 64 registers); fp32 needs more registers for its 16 loads.
 template <bool kIsBF16>
-FG_DEVICE void load_elements(const void* base, int64_t offset, float (&v)[kQuantElemsPerThread]) {
-  if constexpr (kIsBF16) {
-    uint32_t raw[4];
-    ptx::ld_global_nc_v4_b32(static_cast<const uint16_t*>(base) + offset, raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(raw[i] << 16);
-      v[2 * i + 1] = __uint_as_float(raw[i] & 0xFFFF0000u);
-    }
-  } else {
-    uint32_t raw[2][4];
-    const float* ptr = static_cast<const float*>(base) + offset;
-    ptx::ld_global_nc_v4_b32(ptr, raw[0]);
-    ptx::ld_global_nc_v4_b32(ptr + 4, raw[1]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = __uint_as_float(raw[i / 4][i % 4]);
-  }
+inline constexpr int kQuantMinCtasPerSm = kIsBF16 ? 4 : 2;
+inline constexpr uint32_t kLowHalves = 0x5410;   // __byte_perm selector: (a.lo, b.lo)
+inline constexpr uint32_t kHighHalves = 0x7632;  // __byte_perm selector: (a.hi, b.hi)
+
+// ---- Exact arithmetic ------------------------------------------------------------------------------------------
+
+/// RN(max(amax, 2^-64) / 448).
+FG_DEVICE float block_scale(float amax) {
+  const float a = fmaxf(amax, kQuantMinAmax);
+  const float s0 = __fmul_rn(a, kInvE4M3Max);
+  return __fmaf_rn(__fmaf_rn(-s0, kE4M3Max, a), kInvE4M3Max, s0);
 }
 
-FG_DEVICE float abs_max(const float (&v)[kQuantElemsPerThread], float amax) {
-#pragma unroll
-  for (uint32_t i = 0; i < kQuantElemsPerThread; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  return amax;
+/// RN(1 / scale) for scale in [kQuantMinScale, kQuantMaxScale].
+FG_DEVICE float reciprocal_rn(float scale) {
+  const float seed = ptx::rcp_approx_ftz(scale);
+  const float r = __fmaf_rn(seed, __fmaf_rn(-scale, seed, 1.0f), seed);
+  const float residual = __fmaf_rn(-scale, r, 1.0f);  // exact: 1 - scale * r
+  const float neighbour = __uint_as_float(__float_as_uint(r) + (residual > 0.0f ? 1u : ~0u));  // towards 1 / scale
+  return fabsf(__fmaf_rn(-scale, neighbour, 1.0f)) < fabsf(residual) ? neighbour : r;
+}
+
+/// RN(x / scale) given reciprocal = RN(1 / scale), wherever e4m3 can tell the difference.
+FG_DEVICE float divide_rn(float x, float scale, float reciprocal) {
+  const float q0 = __fmul_rn(x, reciprocal);
+  const float neg_residual = __fmaf_rn(q0, scale, -x);  // exact: q0 * scale - x
+  // NOTE: the residual enters negated so that an exact quotient adds -0 to q0 and x = -0 keeps its sign; this needs
+  // signed zeros honoured (no fast-math), as NVRTC compiles by default.
+  return __fmaf_rn(-neg_residual, reciprocal, q0);
 }
 
 /// Max of `value` over the aligned group of kWidth lanes holding the calling thread (kWidth: a power of two <= 32).
 template <uint32_t kWidth>
 FG_DEVICE float lane_group_max(float value) {
 #pragma unroll
-  for (uint32_t mask = kWidth / 2; mask > 0; mask /= 2) value = fmaxf(value, __shfl_xor_sync(kFullWarpMask, value, mask));
+  for (uint32_t mask = kWidth / 2; mask > 0; mask /= 2)
+    value = fmaxf(value, __shfl_xor_sync(kFullWarpMask, value, mask));
   return value;
 }
 
-FG_DEVICE float block_scale(float amax) { return __fdiv_rn(fmaxf(amax, kQuantMinAmax), kE4M3Max); }
-
-/// Writes e4m3(v[i] / scale) for the 8 elements, element 0 at the lowest address.
-/// x / scale, correctly rounded, given reciprocal = RN(1 / scale): q0 = RN(x * r) is within 1 ulp, the residual
-/// x - q0 * scale is exact in one FMA, and RN(q0 + residual * r) is the correctly rounded quotient (Markstein) while
-/// nothing underflows; a quotient that small rounds to e4m3 zero either way. 3 instructions instead of a full
-/// IEEE division per element.
-FG_DEVICE float divide_rn(float x, float scale, float reciprocal) {
-  const float q0 = __fmul_rn(x, reciprocal);
-  const float residual = __fmaf_rn(-q0, scale, x);
-  return residual == 0.0f ? q0 : __fmaf_rn(residual, reciprocal, q0);  // an exact q0 keeps its sign (x = -0)
+/// The same over a bf16 pair whose halves' magnitudes are the values (see ptx::max_xorsign_abs_bf16x2).
+template <uint32_t kWidth>
+FG_DEVICE uint32_t lane_group_max_bf16x2(uint32_t value) {
+#pragma unroll
+  for (uint32_t mask = kWidth / 2; mask > 0; mask /= 2)
+    value = ptx::max_xorsign_abs_bf16x2(value, __shfl_xor_sync(kFullWarpMask, value, mask));
+  return value;
 }
 
-/// Quantizes 8 values with `scale` and stores them. kReciprocal: divide through one correctly rounded reciprocal
-/// (divide_rn, cheap); otherwise IEEE division per element (for the per-block kernel, whose 64 live values would
-/// spill around __frcp_rn's slow-path call). Both give the correctly rounded x / scale.
-template <bool kReciprocal>
-FG_DEVICE void store_quantized(uint8_t* ptr, const float (&v)[kQuantElemsPerThread], float scale) {
-  float q[kQuantElemsPerThread];
-  if constexpr (kReciprocal) {
-    const float reciprocal = __frcp_rn(scale);
+/// The low and high bf16 halves of `pair` as floats (exact).
+FG_DEVICE float bf16_lo_to_float(uint32_t pair) { return __uint_as_float(pair << 16); }
+FG_DEVICE float bf16_hi_to_float(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
+
+// ---- One thread's part of a block row ------------------------------------------------------------------------
+
+/// The vectors lane, lane + 4, ... of one 128-column block row (16 bytes each: 8 bf16 or 4 fp32), kept as loaded;
+/// vectors at or past the row's `num_cols` valid columns are zero and never stored.
+template <bool kIsBF16>
+struct RowSlice {
+  static constexpr uint32_t kElemBytes = kIsBF16 ? 2 : 4;
+  static constexpr uint32_t kElemsPerVec = 16 / kElemBytes;
+  static constexpr uint32_t kNumVecs = kQuantElemsPerThreadRow / kElemsPerVec;  // 4 (bf16) or 8 (fp32)
+  static_assert(kElemsPerVec <= kQuantColumnAlign, "K % kQuantColumnAlign == 0 makes every vector whole");
+
+  uint32_t raw[kNumVecs][4];
+
+  /// Column of vector `i` within the block: the lane's first plus a constant (immediate address offsets).
+  static FG_DEVICE uint32_t column(uint32_t lane, uint32_t i) { return lane * kElemsPerVec + i * kVecStride; }
+  static constexpr uint32_t kVecStride = kQuantThreadsPerRow * kElemsPerVec;  // columns
+
+  /// Element `e` of vector `i` as a float.
+  FG_DEVICE float element(uint32_t i, uint32_t e) const {
+    if constexpr (kIsBF16) return e % 2 == 0 ? bf16_lo_to_float(raw[i][e / 2]) : bf16_hi_to_float(raw[i][e / 2]);
+    else return __uint_as_float(raw[i][e]);
+  }
+
+  /// Loads the block row at `x_row`.
+  FG_DEVICE void load(const uint8_t* x_row, uint32_t lane, uint32_t num_cols) {
+    const uint8_t* x_lane = x_row + column(lane, 0) * kElemBytes;
 #pragma unroll
-    for (uint32_t i = 0; i < kQuantElemsPerThread; ++i) q[i] = divide_rn(v[i], scale, reciprocal);
+    for (uint32_t i = 0; i < kNumVecs; ++i) {
+#pragma unroll
+      for (uint32_t w = 0; w < 4; ++w) raw[i][w] = 0;
+      ptx::ld_global_nc_v4_b32_if(column(lane, i) < num_cols, x_lane + i * kVecStride * kElemBytes, raw[i]);
+    }
+  }
+
+  /// bf16 only: a bf16 pair whose halves' magnitudes have max |x| over the slice (NaNs ignored, as by fmaxf).
+  FG_DEVICE uint32_t abs_max_bf16x2() const {
+    static_assert(kIsBF16, "packed maxima of bf16 inputs");
+    uint32_t packed = 0;
+#pragma unroll
+    for (uint32_t i = 0; i < kNumVecs; ++i)
+#pragma unroll
+      for (uint32_t w = 0; w < 4; ++w) packed = ptx::max_xorsign_abs_bf16x2(packed, raw[i][w]);
+    return packed;
+  }
+
+  /// max(amax, |x|) over the slice; NaNs are ignored, as by fmaxf.
+  FG_DEVICE float abs_max(float amax) const {
+    if constexpr (kIsBF16) {
+      const uint32_t packed = abs_max_bf16x2();
+      return fmaxf(amax, fmaxf(fabsf(bf16_lo_to_float(packed)), fabsf(bf16_hi_to_float(packed))));
+    } else {
+#pragma unroll
+      for (uint32_t i = 0; i < kNumVecs; ++i)
+#pragma unroll
+        for (uint32_t e = 0; e < kElemsPerVec; ++e) amax = fmaxf(amax, fabsf(element(i, e)));
+      return amax;
+    }
+  }
+
+  /// Writes e4m3(x / scale) for the valid vectors to the row whose first column is `out_row`.
+  FG_DEVICE void store_quantized(uint8_t* out_row, uint32_t lane, uint32_t num_cols, float scale,
+                                 float reciprocal) const {
+    uint8_t* out_lane = out_row + column(lane, 0);
+#pragma unroll
+    for (uint32_t i = 0; i < kNumVecs; ++i) {
+      // NOTE: every vector is quantized and only the store is predicated: a guard around the arithmetic would be a
+      // branch per vector.
+      uint32_t codes[kElemsPerVec / 4];  // 4 codes per word, element 0 in the low byte
+#pragma unroll
+      for (uint32_t c = 0; c < kElemsPerVec / 4; ++c) {
+        float q[4];
+#pragma unroll
+        for (uint32_t e = 0; e < 4; ++e) q[e] = divide_rn(element(i, 4 * c + e), scale, reciprocal);
+        codes[c] = uint32_t(ptx::cvt_e4m3x2(q[0], q[1])) | (uint32_t(ptx::cvt_e4m3x2(q[2], q[3])) << 16);
+      }
+      const bool valid = column(lane, i) < num_cols;
+      if constexpr (kIsBF16) ptx::st_global_v2_b32_if(valid, out_lane + i * kVecStride, codes[0], codes[1]);
+      else ptx::st_global_b32_if(valid, out_lane + i * kVecStride, codes[0]);
+    }
+  }
+};
+
+/// Valid columns of k block `k_block_idx`: 128 but in a partial last block.
+FG_DEVICE uint32_t block_num_cols(const QuantizeArgs& args, uint32_t k_block_idx) {
+  return min_of<uint32_t>(kQuantBlock, uint32_t(args.num_cols) - k_block_idx * kQuantBlock);
+}
+
+// ---- Kernels ----------------------------------------------------------------------------------------------------
+
+/// 1x128 per-token quantization. Grid: ceil(G * ceil(rows/2) * KB / kPerTokenItemsPerCta) CTAs of
+/// kPerTokenNumThreads.
+template <bool kIsBF16>
+__global__ void __launch_bounds__(kPerTokenNumThreads, kQuantMinCtasPerSm<kIsBF16>)
+    per_token_cast_kernel(const QuantizeArgs args) {
+  // ---- Config checks --------------------------------------------------------------------------
+  static_assert(32 % kQuantThreadsPerRow == 0, "a block row's threads sit in one warp");
+  static_assert(kQuantRowsPerThread <= kQuantThreadsPerRow, "one lane per row writes its scale");
+  using Slice = RowSlice<kIsBF16>;
+
+  // ---- Work split: item = (group, row tile, k block), k block fastest (the host keeps item indices below 2^31) --
+  const uint32_t num_k_blocks = ceil_div<uint32_t>(uint32_t(args.num_cols), kQuantBlock);
+  const uint32_t num_row_tiles = ceil_div<uint32_t>(uint32_t(args.num_rows), kQuantRowsPerThread);
+  const uint32_t item_idx = blockIdx.x * kPerTokenItemsPerCta + threadIdx.x / kQuantThreadsPerRow;
+  const uint32_t lane = threadIdx.x % kQuantThreadsPerRow;
+  const uint32_t k_block_idx = item_idx % num_k_blocks;
+  const uint32_t tile_idx = item_idx / num_k_blocks;  // group * row tiles + row tile
+  const uint32_t group_idx = tile_idx / num_row_tiles;
+  const uint32_t first_row = (tile_idx - group_idx * num_row_tiles) * kQuantRowsPerThread;
+  // NOTE: threads past the last item carry on with zeros: every lane of the warp takes part in the shuffles.
+  const uint32_t block_cols = group_idx < uint32_t(args.num_groups) ? block_num_cols(args, k_block_idx) : 0;
+  const uint32_t col = k_block_idx * kQuantBlock;
+  const uint8_t* x = static_cast<const uint8_t*>(args.x) +
+                     (group_idx * args.x_group_stride + first_row * args.x_row_stride + col) * Slice::kElemBytes;
+  uint8_t* out = args.out + group_idx * args.out_group_stride + first_row * args.out_row_stride + col;
+  float* scales = args.scales + group_idx * args.scale_group_stride + first_row * args.scale_row_stride +
+                  k_block_idx * args.scale_k_block_stride;
+
+  // ---- Load the tile's rows before any arithmetic ------------------------------------------------------
+  Slice slices[kQuantRowsPerThread];
+  uint32_t num_cols[kQuantRowsPerThread];  // 0 for rows past the last
+#pragma unroll
+  for (uint32_t j = 0; j < kQuantRowsPerThread; ++j) {
+    num_cols[j] = first_row + j < uint32_t(args.num_rows) ? block_cols : 0;
+    slices[j].load(x + j * args.x_row_stride * Slice::kElemBytes, lane, num_cols[j]);
+  }
+
+  // ---- Reduce each row's amax over its threads ----------------------------------------------------------
+  float row_scales[kQuantRowsPerThread];
+  if constexpr (kIsBF16) {
+    // NOTE: both rows' maxima travel as one bf16 pair: half the shuffles, and since the reduction needs all loads
+    // of the thread, ptxas cannot defer the second row's loads past the first row's stores.
+    static_assert(kQuantRowsPerThread == 2, "one bf16 half per row");
+    const uint32_t row0 = slices[0].abs_max_bf16x2(), row1 = slices[1].abs_max_bf16x2();
+    const uint32_t both = lane_group_max_bf16x2<kQuantThreadsPerRow>(ptx::max_xorsign_abs_bf16x2(
+        __byte_perm(row0, row1, kLowHalves), __byte_perm(row0, row1, kHighHalves)));
+    row_scales[0] = block_scale(fabsf(bf16_lo_to_float(both)));
+    row_scales[1] = block_scale(fabsf(bf16_hi_to_float(both)));
   } else {
 #pragma unroll
-    for (uint32_t i = 0; i < kQuantElemsPerThread; ++i) q[i] = __fdiv_rn(v[i], scale);
+    for (uint32_t j = 0; j < kQuantRowsPerThread; ++j)
+      row_scales[j] = block_scale(lane_group_max<kQuantThreadsPerRow>(slices[j].abs_max(0.0f)));
   }
-  uint32_t packed[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint16_t lo = ptx::cvt_e4m3x2(q[4 * i], q[4 * i + 1]);
-    const uint16_t hi = ptx::cvt_e4m3x2(q[4 * i + 2], q[4 * i + 3]);
-    packed[i] = uint32_t(lo) | (uint32_t(hi) << 16);
-  }
-  ptx::st_global_v2_b32(ptr, packed[0], packed[1]);
-}
-
-/// 1x128 per-token quantization. Grid: ceil(G * rows * KB / kPerTokenUnitsPerCta) CTAs of kQuantNumThreads.
-template <bool kIsBF16>
-__global__ void __launch_bounds__(kQuantNumThreads) per_token_cast_kernel(const QuantizeArgs args) {
-  // ---- Config checks --------------------------------------------------------------------------
-  static_assert(kQuantThreadsPerBlockRow * kQuantElemsPerThread == kQuantBlock, "16 threads cover one block row");
-  static_assert(32 % kQuantThreadsPerBlockRow == 0, "a unit's threads sit in one warp");
-
-  // ---- Work split: unit = (group, row, k block), k block fastest (the host keeps unit indices below 2^31) ----------
-  const uint32_t num_k_blocks = ceil_div<uint32_t>(uint32_t(args.num_cols), kQuantBlock);
-  const uint32_t num_units = uint32_t(args.num_groups) * uint32_t(args.num_rows) * num_k_blocks;
-  const uint32_t unit_idx = blockIdx.x * kPerTokenUnitsPerCta + threadIdx.x / kQuantThreadsPerBlockRow;
-  const uint32_t sub_idx = threadIdx.x % kQuantThreadsPerBlockRow;
-  // NOTE: threads past the last unit carry on with zeros: every lane of the warp takes part in the shuffles.
-  const bool unit_valid = unit_idx < num_units;
-  const uint32_t k_block_idx = unit_idx % num_k_blocks;
-  const uint32_t row_linear = unit_idx / num_k_blocks;  // group * rows + row
-  const uint32_t group_idx = args.num_groups == 1 ? 0 : row_linear / uint32_t(args.num_rows);
-  const uint32_t row_idx = row_linear - group_idx * uint32_t(args.num_rows);
-  const uint32_t col = k_block_idx * kQuantBlock + sub_idx * kQuantElemsPerThread;
-  const bool active = unit_valid && col < uint32_t(args.num_cols);
-
-  // ---- Load and reduce the block's amax ----------------------------------------------------------
-  float v[kQuantElemsPerThread] = {};
-  if (active)
-    load_elements<kIsBF16>(args.x, group_idx * args.x_group_stride + row_idx * args.x_row_stride + col, v);
-  const float amax = lane_group_max<kQuantThreadsPerBlockRow>(abs_max(v, 0.0f));
-  const float scale = block_scale(amax);
 
   // ---- Quantize and write ----------------------------------------------------------------------------
-  if (active)
-    store_quantized<true>(args.out + group_idx * args.out_group_stride + row_idx * args.out_row_stride + col, v, scale);
-  if (unit_valid && sub_idx == 0)
-    args.scales[group_idx * args.scale_group_stride + row_idx * args.scale_row_stride +
-                k_block_idx * args.scale_k_block_stride] = scale;
+#pragma unroll
+  for (uint32_t j = 0; j < kQuantRowsPerThread; ++j) {
+    slices[j].store_quantized(out + j * args.out_row_stride, lane, num_cols[j], row_scales[j],
+                              reciprocal_rn(row_scales[j]));
+    if (lane == j && num_cols[j] > 0) scales[j * args.scale_row_stride] = row_scales[j];
+  }
 }
 
-/// 128x128 per-block quantization. Grid: G * ceil(rows/128) * KB CTAs of kQuantNumThreads.
+/// 128x128 per-block quantization. Grid: G * ceil(rows/128) * KB CTAs of kPerBlockNumThreads.
 template <bool kIsBF16>
-__global__ void __launch_bounds__(kQuantNumThreads) per_block_cast_kernel(const QuantizeArgs args) {
+__global__ void __launch_bounds__(kPerBlockNumThreads, kQuantMinCtasPerSm<kIsBF16>)
+    per_block_cast_kernel(const QuantizeArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
-  static_assert(kQuantThreadsPerBlockRow * kQuantElemsPerThread == kQuantBlock, "16 threads cover one block row");
-  static_assert(kPerBlockNumPasses * kQuantRowsPerPass == kQuantBlock, "the passes cover the block's rows");
+  static_assert(kQuantRowsPerThread * kPerBlockRowsPerPass == kQuantBlock, "the passes cover the block's rows");
+  using Slice = RowSlice<kIsBF16>;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
-  __shared__ float warp_amax[kQuantNumWarps];  // (kQuantNumWarps)
+  __shared__ float warp_amax[kPerBlockNumWarps];  // (kPerBlockNumWarps)
 
   // ---- Work split: CTA = (group, row block, k block), k block fastest -----------------------------------
   const uint32_t num_k_blocks = ceil_div<uint32_t>(uint32_t(args.num_cols), kQuantBlock);
@@ -147,43 +257,43 @@ __global__ void __launch_bounds__(kQuantNumThreads) per_block_cast_kernel(const 
   const uint32_t k_block_idx = blockIdx.x % num_k_blocks;
   const uint32_t row_block_idx = (blockIdx.x / num_k_blocks) % num_row_blocks;
   const uint32_t group_idx = blockIdx.x / (num_k_blocks * num_row_blocks);
-  const uint32_t sub_idx = threadIdx.x % kQuantThreadsPerBlockRow;
-  const uint32_t row_in_pass = threadIdx.x / kQuantThreadsPerBlockRow;
-  const uint32_t col = k_block_idx * kQuantBlock + sub_idx * kQuantElemsPerThread;
-  const bool col_active = col < uint32_t(args.num_cols);
-  const uint32_t first_row = row_block_idx * kQuantBlock + row_in_pass;
+  const uint32_t lane = threadIdx.x % kQuantThreadsPerRow;
+  const uint32_t first_row = row_block_idx * kQuantBlock + threadIdx.x / kQuantThreadsPerRow;
+  const uint32_t col = k_block_idx * kQuantBlock;
+  const uint32_t block_cols = block_num_cols(args, k_block_idx);
+  const uint8_t* x = static_cast<const uint8_t*>(args.x) +
+                     (group_idx * args.x_group_stride + first_row * args.x_row_stride + col) * Slice::kElemBytes;
+  uint8_t* out = args.out + group_idx * args.out_group_stride + first_row * args.out_row_stride + col;
 
-  // ---- Load the block into registers, reduce its amax -------------------------------------------------
-  float v[kPerBlockNumPasses][kQuantElemsPerThread];
+  // ---- Load the thread's rows (one per pass) before any arithmetic ---------------------------------------
+  Slice slices[kQuantRowsPerThread];
+  uint32_t num_cols[kQuantRowsPerThread];  // 0 for rows past the last
+#pragma unroll
+  for (uint32_t pass = 0; pass < kQuantRowsPerThread; ++pass) {
+    num_cols[pass] = first_row + pass * kPerBlockRowsPerPass < uint32_t(args.num_rows) ? block_cols : 0;
+    slices[pass].load(x + pass * kPerBlockRowsPerPass * args.x_row_stride * Slice::kElemBytes, lane, num_cols[pass]);
+  }
+
+  // ---- Reduce the block's amax: warp shuffles, then one exchange through shared memory ------------------
   float amax = 0.0f;
 #pragma unroll
-  for (uint32_t pass = 0; pass < kPerBlockNumPasses; ++pass) {
-    const uint32_t row = first_row + pass * kQuantRowsPerPass;
-#pragma unroll
-    for (uint32_t i = 0; i < kQuantElemsPerThread; ++i) v[pass][i] = 0.0f;
-    if (col_active && row < uint32_t(args.num_rows))
-      load_elements<kIsBF16>(args.x, int64_t(group_idx) * args.x_group_stride + int64_t(row) * args.x_row_stride + col,
-                             v[pass]);
-    amax = abs_max(v[pass], amax);
-  }
+  for (uint32_t pass = 0; pass < kQuantRowsPerThread; ++pass) amax = slices[pass].abs_max(amax);
   amax = lane_group_max<32>(amax);
   if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
   __syncthreads();
 #pragma unroll
-  for (uint32_t warp = 0; warp < kQuantNumWarps; ++warp) amax = fmaxf(amax, warp_amax[warp]);
+  for (uint32_t warp = 0; warp < kPerBlockNumWarps; ++warp) amax = fmaxf(amax, warp_amax[warp]);
   const float scale = block_scale(amax);
+  const float reciprocal = reciprocal_rn(scale);
 
   // ---- Quantize and write ----------------------------------------------------------------------------
 #pragma unroll
-  for (uint32_t pass = 0; pass < kPerBlockNumPasses; ++pass) {
-    const uint32_t row = first_row + pass * kQuantRowsPerPass;
-    if (col_active && row < uint32_t(args.num_rows))
-      store_quantized<false>(args.out + int64_t(group_idx) * args.out_group_stride + int64_t(row) * args.out_row_stride + col,
-                      v[pass], scale);
-  }
+  for (uint32_t pass = 0; pass < kQuantRowsPerThread; ++pass)
+    slices[pass].store_quantized(out + pass * kPerBlockRowsPerPass * args.out_row_stride, lane,
+                                 num_cols[pass], scale, reciprocal);
   if (threadIdx.x == 0)
-    args.scales[int64_t(group_idx) * args.scale_group_stride + int64_t(row_block_idx) * args.scale_row_stride +
-                int64_t(k_block_idx) * args.scale_k_block_stride] = scale;
+    args.scales[group_idx * args.scale_group_stride + row_block_idx * args.scale_row_stride +
+                k_block_idx * args.scale_k_block_stride] = scale;
 }
 
 }  // namespace finegemm::device
