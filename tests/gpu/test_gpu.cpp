@@ -15,6 +15,7 @@
 #include "heuristics/heuristics.hpp"
 #include "jit/driver.hpp"
 #include "jit/runtime.hpp"
+#include "gpu/gpu_test.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
 #include "lib/shapes.hpp"
@@ -26,20 +27,8 @@ using fg::GemmKind;
 
 namespace {
 
-class Gpu : public ::testing::Test {
+class Gpu : public ft::GpuTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!ft::has_hopper_gpu(&why)) {
-      std::fprintf(stderr, "\n*** SKIPPED: GPU test needs a Hopper GPU: %s ***\n\n", why.c_str());
-      GTEST_SKIP() << "no Hopper GPU: " << why;
-    }
-    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-
   /// Runs `problem` with poisoned output and checks it; returns the verdict.
   ft::Verdict run_and_check(ft::GemmProblem& problem, bool k_major) {
     problem.poison_output(stream_);
@@ -55,7 +44,6 @@ class Gpu : public ::testing::Test {
     ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
   }
 
-  cudaStream_t stream_ = nullptr;
 };
 
 ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t k) {

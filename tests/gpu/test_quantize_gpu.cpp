@@ -21,6 +21,7 @@
 #include "jit/compiler.hpp"
 #include "jit/driver.hpp"
 #include "jit/runtime.hpp"
+#include "gpu/gpu_test.hpp"
 #include "lib/device_buffer.hpp"
 #include "reference/reference.hpp"
 
@@ -75,20 +76,8 @@ __global__ void divide_check_kernel(uint32_t first, uint32_t stride, unsigned lo
 }
 )";
 
-class QuantizeGpu : public ::testing::Test {
+class QuantizeGpu : public ft::GpuTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!ft::has_hopper_gpu(&why)) {
-      std::fprintf(stderr, "\n*** SKIPPED: GPU test needs a Hopper GPU: %s ***\n\n", why.c_str());
-      GTEST_SKIP() << "no Hopper GPU: " << why;
-    }
-    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-
   /// Compiles the check kernel `name_expression` of kArithmeticCheckSource and runs it over `grid` CTAs of 256
   /// threads with arguments (a, b, result); returns {mismatches, smallest failing bits}.
   std::pair<uint64_t, uint32_t> run_check(const std::string& name_expression, uint32_t grid, uint32_t a, uint32_t b) {
@@ -114,7 +103,6 @@ class QuantizeGpu : public ::testing::Test {
     return {out[0], uint32_t(out[1])};
   }
 
-  cudaStream_t stream_ = nullptr;
 };
 
 uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
