@@ -14,6 +14,14 @@ from . import _C
 
 from ._names import TENSOR_FUNCTIONS
 
+try:  # the GEMMs' fast path, built where PyTorch's headers were found at install time (python/CMakeLists.txt)
+    from . import _C_torch
+except ImportError:  # not built, or built against another PyTorch: the descriptor path below does everything
+    _C_torch = None
+_FAST = {name: getattr(_C_torch, name, None) for name in ("gemm_fp8_fp8_bf16_nt",
+                                                          "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+                                                          "m_grouped_gemm_fp8_fp8_bf16_nt_masked")}
+
 __all__ = list(TENSOR_FUNCTIONS)
 
 # finegemm::DType values.
@@ -45,10 +53,23 @@ def _pair(operand, name):
     return tensor, scales
 
 
-def _gemm(fn, lhs, rhs, tensors, names, *extra):
-    """Calls `fn` with the descriptors of (lhs, lhs_scales, rhs, rhs_scales, *tensors). The fast path skips per-tensor
-    Python checks: the C++ library validates everything; when the call fails, the per-tensor checks run before the
-    error is re-raised, so a CPU tensor is reported as such."""
+def _gemm(fn, fast_fn, lhs, rhs, tensors, names, *extra):
+    """Calls `fast_fn` (finegemm._C_torch, which reads the tensors in C++) when there is one, else `fn` with the
+    descriptors of (lhs, lhs_scales, rhs, rhs_scales, *tensors). The fast path declines anything unusual with a
+    TypeError, and so does the library for a wrong dtype: the descriptor path then runs and names the problem. The
+    descriptor path skips per-tensor Python checks too: the C++ library validates everything; when the call fails,
+    the per-tensor checks run before the error is re-raised, so a CPU tensor is reported as such."""
+    if fast_fn is not None:
+        try:
+            a, sa = lhs
+            b, sb = rhs
+        except (TypeError, ValueError):
+            pass
+        else:
+            try:
+                return fast_fn(a, sa, b, sb, *tensors, *extra)
+            except TypeError:
+                pass
     try:
         a, sa = lhs
         b, sb = rhs
@@ -94,7 +115,7 @@ def gemm_fp8_fp8_bf16_nt(lhs, rhs, out):
 
     N must be a multiple of 8 and K of 16; pointers 16-byte aligned.
     """
-    _gemm(_C.gemm_fp8_fp8_bf16_nt, lhs, rhs, (out,), ("out",))
+    _gemm(_C.gemm_fp8_fp8_bf16_nt, _FAST["gemm_fp8_fp8_bf16_nt"], lhs, rhs, (out,), ("out",))
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
@@ -107,7 +128,8 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
         out: bf16 ``[M_sum, N]``; padding rows are left untouched.
         m_indices: int32 ``[M_sum]`` on the GPU: the expert of each row, -1 for padding rows.
     """
-    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, lhs, rhs, (out, m_indices), ("out", "m_indices"))
+    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"], lhs, rhs,
+          (out, m_indices), ("out", "m_indices"))
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
@@ -121,7 +143,8 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
         masked_m: int32 ``[G]`` on the GPU (read by the kernel, so it may change between CUDA-graph replays).
         expected_m: a host-side hint of the typical ``masked_m``, used only to choose the kernel configuration.
     """
-    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_masked, lhs, rhs, (out, masked_m), ("out", "masked_m"), expected_m)
+    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_masked, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_masked"], lhs, rhs,
+          (out, masked_m), ("out", "masked_m"), expected_m)
 
 
 # ---- Layouts --------------------------------------------------------------------------------------------------------
