@@ -12,10 +12,7 @@
 #include <cstdint>
 #include <string>
 
-// The library is built with default visibility; keep its exception type's identity visible here too.
-#pragma GCC visibility push(default)
-#include "finegemm/finegemm.hpp"
-#pragma GCC visibility pop
+#include "translate_error.hpp"
 
 namespace nb = nanobind;
 
@@ -58,28 +55,13 @@ finegemm::TensorView to_view(nb::handle descriptor, const char* name) {
 
 finegemm::Stream to_stream(uintptr_t stream) { return reinterpret_cast<finegemm::Stream>(stream); }
 
-void translate_error(const std::exception_ptr& p, void*) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const finegemm::Error& e) {
-    PyObject* type = PyExc_RuntimeError;
-    switch (e.kind()) {
-      case finegemm::Error::Kind::kTypeMismatch: type = PyExc_TypeError; break;
-      case finegemm::Error::Kind::kInvalidArgument:
-      case finegemm::Error::Kind::kUnsupported: type = PyExc_ValueError; break;
-      default: break;
-    }
-    PyErr_SetString(type, e.what());
-  }
-}
-
 }  // namespace
 
 // NOTE: the calls keep the GIL: a warm call takes a few microseconds, less than releasing and re-taking the GIL
 // costs when other Python threads exist; only a shape's first call (a JIT compile or cache load) holds it longer.
 NB_MODULE(_C, m) {
   m.doc() = "finegemm's C++ API on tensor descriptors; use the functions of the finegemm package instead.";
-  nb::register_exception_translator(translate_error);
+  nb::register_exception_translator(finegemm::python::translate_error);
 
   // ---- GEMMs (descriptors are converted with the GIL held; the call, which may compile, runs without it) ----
   m.def(

@@ -13,10 +13,7 @@
 
 #include <string>
 
-// The library is built with default visibility; keep its exception type's identity visible here too.
-#pragma GCC visibility push(default)
-#include "finegemm/finegemm.hpp"
-#pragma GCC visibility pop
+#include "translate_error.hpp"
 
 namespace nb = nanobind;
 
@@ -57,27 +54,12 @@ finegemm::Stream current_stream() {
   }
 }
 
-void translate_error(const std::exception_ptr& p, void*) {
-  try {
-    std::rethrow_exception(p);
-  } catch (const finegemm::Error& e) {
-    PyObject* type = PyExc_RuntimeError;
-    switch (e.kind()) {
-      case finegemm::Error::Kind::kTypeMismatch: type = PyExc_TypeError; break;
-      case finegemm::Error::Kind::kInvalidArgument:
-      case finegemm::Error::Kind::kUnsupported: type = PyExc_ValueError; break;
-      default: break;
-    }
-    PyErr_SetString(type, e.what());
-  }
-}
-
 }  // namespace
 
 // NOTE: the calls keep the GIL, as in finegemm._C (a warm call takes a few microseconds).
 NB_MODULE(_C_torch, m) {
   m.doc() = "finegemm's GEMMs read straight from torch tensors; used by finegemm.ops when importable.";
-  nb::register_exception_translator(translate_error);
+  nb::register_exception_translator(finegemm::python::translate_error);
   // Every tensor is converted (and may be declined) before the stream is asked for.
   m.def("gemm_fp8_fp8_bf16_nt", [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d) {
     const finegemm::TensorView va = to_view(a), vsa = to_view(sa), vb = to_view(b), vsb = to_view(sb), vd = to_view(d);
