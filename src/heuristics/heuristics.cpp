@@ -167,7 +167,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {
             cand.rejected = "a cluster of 2 needs 2 SMs";
-          } else if (cluster == 2 && rows * (p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1) < kMulticastMinRows) {
+          } else if (cluster == 2 && rows * (p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1) < kMulticastMinRows &&
+                     forced_config().cluster != 2) {
             cand.rejected = "multicast pays only with many rows (>= 512)";
           } else if (cluster == 2 && on_a && n_blocks % 2 != 0) {
             cand.rejected = "multicast on A pairs adjacent n-blocks: needs an even number of n-blocks";

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -51,22 +52,10 @@ fj::Options uncached_options() {
   return o;
 }
 
-}  // namespace
-
-TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
-  const std::vector<Problem> problems = seed_problems();
-  ASSERT_EQ(problems.size(), 28u) << "data/shapes/deepseek_v3.csv should list the 28 seed shapes";
-  std::set<std::string> functions;
-  for (const auto& p : problems) {
-    for (bool k_major : {false, true}) {
-      Problem q = p;
-      q.sa_k_major = k_major;
-      functions.insert(finegemm::heuristics::select_config(q, 132).kernel_function());
-    }
-  }
+/// Compiles every kernel function (all cores), failing the test on any compile error.
+std::vector<std::shared_ptr<const fj::KernelBinary>> compile_all(const std::vector<std::string>& names) {
   fj::Runtime runtime(uncached_options());
-  std::vector<std::shared_ptr<const fj::KernelBinary>> binaries(functions.size());
-  std::vector<std::string> names(functions.begin(), functions.end());
+  std::vector<std::shared_ptr<const fj::KernelBinary>> binaries(names.size());
   std::atomic<size_t> next{0};
   std::vector<std::thread> threads;
   std::mutex mutex;
@@ -85,14 +74,41 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
       }
     });
   for (auto& t : threads) t.join();
-  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_TRUE(error.empty()) << error;
+  return binaries;
+}
+
+/// What the compiler log must not say: local-memory spills, or wgmmas serialized (ptxas C75xx "Potential
+/// Performance Loss" notes: a wait after every wgmma, which the kernel's in-flight accumulators exist to avoid).
+void expect_clean_log(const std::string& name, const fj::KernelBinary& b) {
+  EXPECT_EQ(fj::spill_bytes_from_log(b.log), 0) << name << "\n" << b.log;
+  EXPECT_EQ(b.log.find("serialized"), std::string::npos) << name << ": ptxas serialized the wgmmas\n" << b.log;
+  EXPECT_EQ(b.log.find("warpgroup.wait is injected"), std::string::npos) << name << "\n" << b.log;
+}
+
+}  // namespace
+
+TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
+  const std::vector<Problem> problems = seed_problems();
+  ASSERT_EQ(problems.size(), 28u) << "data/shapes/deepseek_v3.csv should list the 28 seed shapes";
+  std::set<std::string> functions;
+  for (const auto& p : problems) {
+    for (bool k_major : {false, true}) {
+      Problem q = p;
+      q.sa_k_major = k_major;
+      functions.insert(finegemm::heuristics::select_config(q, 132).kernel_function());
+    }
+  }
+  std::vector<std::string> names(functions.begin(), functions.end());
+  const auto binaries = compile_all(names);
+  ASSERT_FALSE(HasFailure());
 
   const std::string nvdisasm = finegemm::test::find_nvdisasm();
   if (nvdisasm.empty())
     std::fprintf(stderr, "\n*** SKIPPED SASS checks: nvdisasm not found (pip install nvidia-cuda-nvdisasm) ***\n\n");
   for (size_t i = 0; i < names.size(); ++i) {
     const auto& b = *binaries[i];
-    EXPECT_EQ(fj::spill_bytes_from_log(b.log), 0) << names[i] << "\n" << b.log;
+    expect_clean_log(names[i], b);
     EXPECT_EQ(b.cubin.compare(0, 4, "\x7f" "ELF"), 0);
     EXPECT_NE(b.symbol.find("sm90_fp8_gemm_kernel"), std::string::npos);
     if (nvdisasm.empty()) continue;
@@ -105,4 +121,31 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
   }
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+}
+
+// Every BLOCK_M x BLOCK_N the heuristic may pick, with 1, 5 and 56 K blocks (each tail of the in-flight accumulator
+// groups): no spills and no serialized wgmmas.
+TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
+  std::vector<std::string> names;
+  for (int block_m : {64, 128}) {
+    for (int block_n = 16; block_n <= (block_m == 64 ? 176 : 192); block_n += 16) {
+      if (128 - std::gcd(block_n, 128) + block_n > 256) continue;  // three SB blocks: rejected by the heuristic
+      for (int64_t k : {128, 576, 7168}) {
+        finegemm::heuristics::KernelConfig c;
+        c.kind = GemmKind::kNormal;
+        c.n = 7168;
+        c.k = k;
+        c.block_m = block_m;
+        c.block_n = block_n;
+        c.num_stages = 3;
+        c.cluster_size = 1;
+        c.multicast_on_a = true;
+        c.sa_k_major = false;
+        names.push_back(c.kernel_function());
+      }
+    }
+  }
+  const auto binaries = compile_all(names);
+  ASSERT_FALSE(HasFailure());
+  for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
 }

@@ -19,10 +19,33 @@
 #include "finegemm/device/ptx/wgmma.cuh"
 #include "finegemm/device/scheduler.cuh"
 
+// Measurement switches, FINEGEMM_JIT_DEFINES=-DFG_EXPERIMENT=bits (scripts/perf-ab.sh; results are wrong while one is
+// on): each removes one part of the main loop so that a run shows what that part costs (docs/performance.md).
+//   1: promote only the last K block (ptxas drops wgmmas whose results are never read)
+//   2: the TMA thread arrives on each stage without loading A, B or SA
+//   4: the two math warpgroups issue without taking turns
+//   8: one accumulator (turns) at every BLOCK_N, no K blocks in flight in several accumulators
+#ifndef FG_EXPERIMENT
+#define FG_EXPERIMENT 0
+#endif
+#define FG_EXPERIMENT_NO_PROMOTE ((FG_EXPERIMENT & 1) != 0)
+#define FG_EXPERIMENT_NO_LOADS ((FG_EXPERIMENT & 2) != 0)
+#define FG_EXPERIMENT_NO_PINGPONG ((FG_EXPERIMENT & 4) != 0)
+#define FG_EXPERIMENT_SINGLE_BUFFER ((FG_EXPERIMENT & 8) != 0)
+
 namespace finegemm::device {
 
 inline constexpr uint32_t kProducerRegisters = 40;
 inline constexpr uint32_t kMathRegisters = 232;
+/// K blocks a math warpgroup keeps in flight in separate accumulators (1: one accumulator, turns between two
+/// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
+/// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
+/// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
+/// faster than depth 4 at BN=32 (H100, docs/performance.md session 4), so there only BN 48..64 use depth 4.
+FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
+  return block_m == 64 ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
+                       : (block_n > 32 && block_n <= 64 ? 4 : 1);
+}
 
 /// Named barriers (id 0 is __syncthreads).
 enum class NamedBarrier : uint32_t { kMathWarpgroup0 = 1, kMathWarpgroup1 = 2, kMathTurn0 = 3, kMathTurn1 = 4 };
@@ -139,6 +162,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           uint64_t* full = &full_barriers[pipe.stage];
+          if constexpr (FG_EXPERIMENT_NO_LOADS) {
+            ptx::mbarrier_arrive(full);
+            pipe.advance();
+            continue;
+          }
           ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
           const int32_t k_idx = int32_t(kb * kBlockK);
           uint8_t* a_dst = smem_a + pipe.stage * Layout::kABytesPerStage;
@@ -217,91 +245,138 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // Descriptors of this warpgroup's A rows and of B in stage 0; stage s and K step k are fixed byte offsets.
     const uint64_t desc_a_base = ptx::make_smem_desc_k_major_sw128(smem_a + math_wg * kWarpgroupRows * kBlockK);
     const uint64_t desc_b_base = ptx::make_smem_desc_k_major_sw128(smem_b);
-    // Two math warpgroups take turns issuing their K block's wgmmas (a named-barrier token passed right after each
-    // issue), so the tensor pipe runs one warpgroup's batch while the other promotes. Without the turns both
-    // warpgroups issue together, finish together and promote together while the tensor pipe idles
-    // (docs/performance.md: +8.7% on 4096x7168x16384).
-    constexpr bool kPingPong = kNumMathWarpgroups == 2;
+    // Two ways to keep the tensor pipe busy while a warpgroup promotes (docs/performance.md, session 4):
+    // - kKDepth > 1: a warpgroup issues kKDepth K blocks into separate accumulators, then promotes each as it
+    //   completes while the later ones run;
+    // - kKDepth == 1 with two math warpgroups: they take turns issuing their K block's wgmmas (a named-barrier token
+    //   passed right after each issue), so the tensor pipe runs one warpgroup's batch while the other promotes.
+    constexpr uint32_t kKDepth = FG_EXPERIMENT_SINGLE_BUFFER ? 1 : gemm_k_depth(BLOCK_M, BLOCK_N);
+    constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1 && !FG_EXPERIMENT_NO_PINGPONG;
     const uint32_t my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
     const uint32_t other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
     bool first_batch = true;
 
-    float accum[BLOCK_N / 2];
+    float accum[kKDepth][BLOCK_N / 2];
     float final_accum[BLOCK_N / 2];
+    // A tile straddling two SB blocks switches scale at split_col, a multiple of kScaleGranule. in_first[g] is 1 for
+    // granules of the first block, else 0: the promotion then picks each granule's scale exactly with two FMAs per
+    // row instead of a compare and select per 8 columns.
+    float in_first[kNumScaleGranules];
+    struct Scales {
+      float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r1 times SB of the first / second block
+    };
+
+    // The four m64nNk32 wgmmas of one stage into acc, as one commit group.
+    auto issue_batch = [&](float (&acc)[BLOCK_N / 2], uint32_t stage) {
+#pragma unroll
+      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (uint32_t k = 0; k < kBlockK / 32; ++k) {
+        const uint64_t desc_a = ptx::smem_desc_advance(desc_a_base, stage * Layout::kABytesPerStage + k * 32);
+        const uint64_t desc_b = ptx::smem_desc_advance(desc_b_base, stage * Layout::kBBytesPerStage + k * 32);
+        ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, acc, k > 0);
+      }
+      ptx::wgmma_commit_group();
+    };
+    auto load_scales = [&](uint32_t stage) {
+      const float* sa = smem_sa + stage * kSaFloatsPerStage;
+      const float sa0 = ptx::ld_shared_f32(sa + r0);
+      const float sa1 = ptx::ld_shared_f32(sa + r1);
+      float sb0 = 0.0f, sb1 = 0.0f;
+      if (lane_idx == 0) {
+        sb0 = ptx::ld_shared_f32(smem_sb + stage * 2);
+        if constexpr (!kUniformScaleB) sb1 = ptx::ld_shared_f32(smem_sb + stage * 2 + 1);
+      }
+      sb0 = __shfl_sync(0xffffffff, sb0, 0);
+      sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb1, 0);
+      return Scales{sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
+    };
+    // Once the stage's wgmmas completed and its scales were read (kEmptyArrivals says who arrives).
+    auto release = [&](uint32_t stage) {
+      if (kSaKMajor || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[stage]);
+      if constexpr (kClusterSize > 1) {
+        __syncwarp();
+        if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[stage], cta_rank ^ 1);
+      }
+    };
+    // The fp32 block result, scaled by SA * SB, into the running accumulator.
+    auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc) {
+#pragma unroll
+      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
+#pragma unroll
+      for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
+        float scale_r0 = sc.r0_first, scale_r1 = sc.r1_first;
+        if constexpr (!kUniformScaleB) {
+          // Exact: in_first is 0 or 1, so each FMA returns one of its scale operands unrounded.
+          scale_r0 = __fmaf_rn(in_first[g], sc.r0_first, __fmaf_rn(-in_first[g], sc.r0_second, sc.r0_second));
+          scale_r1 = __fmaf_rn(in_first[g], sc.r1_first, __fmaf_rn(-in_first[g], sc.r1_second, sc.r1_second));
+        }
+#pragma unroll
+        for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
+          final_accum[j * 4 + 0] += scale_r0 * acc[j * 4 + 0];
+          final_accum[j * 4 + 1] += scale_r0 * acc[j * 4 + 1];
+          final_accum[j * 4 + 2] += scale_r1 * acc[j * 4 + 2];
+          final_accum[j * 4 + 3] += scale_r1 * acc[j * 4 + 3];
+        }
+      }
+    };
 
     while (scheduler.next(tile)) {
-      // A tile straddling two SB blocks switches scale at split_col, a multiple of kScaleGranule. in_first[g] is
-      // 1 for granules of the first block, else 0: the promotion then picks each granule's scale exactly with two
-      // FMAs per row instead of a compare and select per 8 columns.
-      float in_first[kNumScaleGranules];
       if constexpr (!kUniformScaleB) {
         const uint32_t split_col = 128 - tile.n_block * BLOCK_N % 128;
 #pragma unroll
         for (uint32_t g = 0; g < kNumScaleGranules; ++g) in_first[g] = g * kScaleGranule < split_col ? 1.0f : 0.0f;
       }
-
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
 
-      for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
-        ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
-        if constexpr (kPingPong) {
-          if (!(first_batch && math_wg == 0)) ptx::named_barrier_sync(my_turn, 256);
-        }
-        first_batch = false;
+      if constexpr (kKDepth > 1) {
+        // K blocks in groups of kKDepth (the last group may be shorter), block d of a group into accum[d]: issue
+        // all, then wait for each in turn and promote it while the later ones run. Nothing is in flight across the
+        // loop's back edge: ptxas serializes every wgmma when a non-wgmma instruction reads an accumulator written
+        // in an earlier iteration while a group is pending (warnings C7514/C7517, rejected by the CPU tests).
+        PipelineState<kNumStages> ahead = pipe;  // the next block to issue; `pipe` is the next to release
+        // `count` is a constant at both call sites; once inlined, the guards fold and the loops unroll.
+        auto run_group = [&](const uint32_t count) {
 #pragma unroll
-        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (uint32_t k = 0; k < kBlockK / 32; ++k) {
-          const uint64_t desc_a = ptx::smem_desc_advance(desc_a_base, pipe.stage * Layout::kABytesPerStage + k * 32);
-          const uint64_t desc_b = ptx::smem_desc_advance(desc_b_base, pipe.stage * Layout::kBBytesPerStage + k * 32);
-          ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, accum, k > 0);
-        }
-        ptx::wgmma_commit_group();
-        if constexpr (kPingPong) ptx::named_barrier_arrive(other_turn, 256);
-        // Read the stage's scales while the tensor cores work, before releasing the stage.
-        const float* sa = smem_sa + pipe.stage * kSaFloatsPerStage;
-        const float sa0 = ptx::ld_shared_f32(sa + r0);
-        const float sa1 = ptx::ld_shared_f32(sa + r1);
-        float sb0 = 0.0f, sb1 = 0.0f;
-        if (lane_idx == 0) {
-          sb0 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2);
-          if constexpr (!kUniformScaleB) sb1 = ptx::ld_shared_f32(smem_sb + pipe.stage * 2 + 1);
-        }
-        sb0 = __shfl_sync(0xffffffff, sb0, 0);
-        sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb1, 0);
-        const float s00 = sa0 * sb0, s10 = sa1 * sb0;
-        const float s01 = sa0 * sb1, s11 = sa1 * sb1;
-        ptx::wgmma_wait_group<0>();
-#pragma unroll
-        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(accum[i]);
-
-        // Release the stage before promotion so TMA refills it meanwhile (kEmptyArrivals says who arrives).
-        if (kSaKMajor || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[pipe.stage]);
-        if constexpr (kClusterSize > 1) {
-          __syncwarp();
-          if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[pipe.stage], cta_rank ^ 1);
-        }
-
-        // Promotion: the fp32 block result, scaled by SA * SB, into the running accumulator.
-#pragma unroll
-        for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
-          float scale_r0 = s00, scale_r1 = s10;
-          if constexpr (!kUniformScaleB) {
-            // Exact: in_first is 0 or 1, so each FMA returns one of its scale operands unrounded.
-            scale_r0 = __fmaf_rn(in_first[g], s00, __fmaf_rn(-in_first[g], s01, s01));
-            scale_r1 = __fmaf_rn(in_first[g], s10, __fmaf_rn(-in_first[g], s11, s11));
+          for (uint32_t d = 0; d < kKDepth; ++d) {
+            if (d < count) {
+              ptx::mbarrier_wait(&full_barriers[ahead.stage], ahead.phase);
+              issue_batch(accum[d], ahead.stage);
+              ahead.advance();
+            }
           }
 #pragma unroll
-          for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
-            final_accum[j * 4 + 0] += scale_r0 * accum[j * 4 + 0];
-            final_accum[j * 4 + 1] += scale_r0 * accum[j * 4 + 1];
-            final_accum[j * 4 + 2] += scale_r1 * accum[j * 4 + 2];
-            final_accum[j * 4 + 3] += scale_r1 * accum[j * 4 + 3];
+          for (uint32_t d = 0; d < kKDepth; ++d) {
+            if (d < count) {
+              const Scales sc = load_scales(pipe.stage);
+              ptx::wgmma_wait_group_at_most(count - 1 - d);
+              release(pipe.stage);
+              pipe.advance();
+              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count) promote(accum[d], sc);
+            }
           }
+        };
+        for (uint32_t group = 0; group < kNumKBlocks / kKDepth; ++group) run_group(kKDepth);
+        if constexpr (kNumKBlocks % kKDepth != 0) run_group(kNumKBlocks % kKDepth);
+      } else {
+        for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+          ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+          if constexpr (kPingPong) {
+            if (!(first_batch && math_wg == 0)) ptx::named_barrier_sync(my_turn, 256);
+          }
+          first_batch = false;
+          issue_batch(accum[0], pipe.stage);
+          if constexpr (kPingPong) ptx::named_barrier_arrive(other_turn, 256);
+          // Read the stage's scales while the tensor cores work, before releasing the stage.
+          const Scales sc = load_scales(pipe.stage);
+          ptx::wgmma_wait_group<0>();
+          // Release the stage before promotion so TMA refills it meanwhile.
+          release(pipe.stage);
+          if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc);
+          pipe.advance();
         }
-        pipe.advance();
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------

@@ -16,6 +16,20 @@ FG_DEVICE void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 
+/// wgmma_wait_group<n> for an n known only after unrolling (0..7): the switch folds to one instruction.
+FG_DEVICE void wgmma_wait_group_at_most(uint32_t n) {
+  switch (n) {
+    case 0: wgmma_wait_group<0>(); break;
+    case 1: wgmma_wait_group<1>(); break;
+    case 2: wgmma_wait_group<2>(); break;
+    case 3: wgmma_wait_group<3>(); break;
+    case 4: wgmma_wait_group<4>(); break;
+    case 5: wgmma_wait_group<5>(); break;
+    case 6: wgmma_wait_group<6>(); break;
+    default: wgmma_wait_group<7>(); break;
+  }
+}
+
 /// Pins an accumulator register so the compiler does not move its uses across wgmma fences or waits.
 FG_DEVICE void wgmma_fence_operand(float& reg) { asm volatile("" : "+f"(reg)::"memory"); }
 
