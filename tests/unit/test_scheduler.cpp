@@ -82,12 +82,12 @@ TEST(Scheduler, MulticastPairsShareTheirOperand) {
 }
 
 TEST(Scheduler, RasterizationKeepsAWaveInABandOfN) {
-  // With 132 CTAs over 32 x 56 tiles, the first wave must touch at most one band (FG_RASTER_BAND = 8 n-blocks) of B.
+  // With 132 CTAs over 32 x 56 tiles, the first wave must touch at most one band (FG_RASTER_BAND = 16 n-blocks) of B.
   const auto visits = walk<fd::GemmKind::kNormal, 128, 128, 56, 1, true>(4096, 1, nullptr, 132);
   std::set<int> n_blocks;
   for (const auto& cta : visits) n_blocks.insert(cta.front().n_block);
   EXPECT_LE(n_blocks.size(), size_t(FG_RASTER_BAND));
-  EXPECT_EQ(FG_RASTER_BAND, 8);
+  EXPECT_EQ(FG_RASTER_BAND, 16);
 }
 
 TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {

@@ -8,10 +8,12 @@
 
 #include "finegemm/device/common/types.cuh"
 
-// Width of the rasterization bands in n-blocks. 8 measured 0-2% faster than 16 and cut L2 traffic by 20% on an H100
-// (docs/performance.md, session 4); -DFG_RASTER_BAND=N through FINEGEMM_JIT_DEFINES measures others.
+// Width of the rasterization bands in n-blocks (-DFG_RASTER_BAND=N through FINEGEMM_JIT_DEFINES measures others).
+// 8 cut L2 traffic by 20% and ran 0-2% faster on the large dense shapes of an H100, but contiguous calls with 10%
+// valid rows then cost 1.435x the packed rows (1.226x with 16): the CTAs' strided tiles meet the skipped padding
+// blocks less evenly (docs/performance.md, session 4).
 #ifndef FG_RASTER_BAND
-#define FG_RASTER_BAND 8
+#define FG_RASTER_BAND 16
 #endif
 
 namespace finegemm::device {
