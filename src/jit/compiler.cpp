@@ -37,7 +37,9 @@ class NvrtcCompiler final : public Compiler {
     int major = 0, minor = 0;
     check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
     identity_ = "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
-    flags_ = {kArchFlag, "-std=c++17", "--ptxas-options=--verbose", "-DNDEBUG"};
+    // -default-device: NVRTC otherwise takes the call operator of a generic lambda inside a kernel for a host
+    // function (the kernel instantiates its K loop once per compile-time scale split through one).
+    flags_ = {kArchFlag, "-std=c++17", "-default-device", "--ptxas-options=--verbose", "-DNDEBUG"};
     if (debug) flags_.push_back("-lineinfo");
     flags_.insert(flags_.end(), extra_flags.begin(), extra_flags.end());
   }

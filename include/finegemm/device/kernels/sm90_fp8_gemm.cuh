@@ -25,6 +25,7 @@
 //   2: the TMA thread arrives on each stage without loading A, B or SA
 //   4: the two math warpgroups issue without taking turns
 //   8: one accumulator (turns) at every BLOCK_N, no K blocks in flight in several accumulators
+//  16: with turns, pass the turn once the K block's wgmmas completed instead of right after issuing them
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
 #endif
@@ -32,6 +33,7 @@
 #define FG_EXPERIMENT_NO_LOADS ((FG_EXPERIMENT & 2) != 0)
 #define FG_EXPERIMENT_NO_PINGPONG ((FG_EXPERIMENT & 4) != 0)
 #define FG_EXPERIMENT_SINGLE_BUFFER ((FG_EXPERIMENT & 8) != 0)
+#define FG_EXPERIMENT_TURN_AFTER_WAIT ((FG_EXPERIMENT & 16) != 0)
 
 namespace finegemm::device {
 
@@ -45,6 +47,33 @@ inline constexpr uint32_t kMathRegisters = 232;
 FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
   return block_m == 64 ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
                        : (block_n > 32 && block_n <= 64 ? 4 : 1);
+}
+
+/// Copies of the K loop, one per split point of a tile straddling two SB blocks (BLOCK_N / gcd(BLOCK_N, 128) of them):
+/// 5 covers BLOCK_N 48, 80, 96, 160 and 192; BLOCK_N 112 and 144 select the scale per granule at run time.
+inline constexpr uint32_t kMaxScaleVariants = 5;
+
+/// A value known at compile time (`value`), or at run time (RuntimeValue), for code written once for both.
+template <uint32_t V>
+struct Constant {
+  static constexpr uint32_t value = V;
+};
+struct RuntimeValue {
+  uint32_t value;
+};
+
+/// f(Constant<value>()) for value in [kLow, kHigh] (a value above kHigh takes kHigh's branch).
+template <uint32_t kLow, uint32_t kHigh, class F>
+FG_DEVICE void with_constant(uint32_t value, F& f) {
+  if constexpr (kLow == kHigh) {
+    f(Constant<kLow>());
+  } else {
+    if (value == kLow) {
+      f(Constant<kLow>());
+    } else {
+      with_constant<kLow + 1, kHigh>(value, f);
+    }
+  }
 }
 
 /// Named barriers (id 0 is __syncthreads).
@@ -238,13 +267,19 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t wg_thread = threadIdx.x % 128;
     const uint32_t warp_in_wg = warp_idx % 4;
-    const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;  // tile rows of this thread
-    const uint32_t r1 = r0 + 8;
+    const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;  // tile rows r0 and r0 + 8
     const uint32_t wg_barrier = static_cast<uint32_t>(NamedBarrier::kMathWarpgroup0) + math_wg;
     PipelineState<kNumStages> pipe;
-    // Descriptors of this warpgroup's A rows and of B in stage 0; stage s and K step k are fixed byte offsets.
-    const uint64_t desc_a_base = ptx::make_smem_desc_k_major_sw128(smem_a + math_wg * kWarpgroupRows * kBlockK);
-    const uint64_t desc_b_base = ptx::make_smem_desc_k_major_sw128(smem_b);
+    // The main loop is short on purpose: on an H100 every math-warp instruction costs tensor-pipe time (session 5 in
+    // docs/performance.md), so stage and K-step offsets are folded into the 32-bit low words of the descriptors, and
+    // the scale of each column granule is a compile-time choice (see k_loop below).
+    const uint64_t desc_a0 = ptx::make_smem_desc_k_major_sw128(smem_a + math_wg * kWarpgroupRows * kBlockK);
+    const uint64_t desc_b0 = ptx::make_smem_desc_k_major_sw128(smem_b);
+    // Pinned (ptx::opaque) so that ptxas keeps them in registers instead of recomputing them in every K block.
+    const uint32_t desc_hi = ptx::opaque(static_cast<uint32_t>(desc_a0 >> 32));  // stride, swizzle: same for A, B
+    const uint32_t desc_a_lo = ptx::opaque(static_cast<uint32_t>(desc_a0));
+    const uint32_t desc_b_lo = ptx::opaque(static_cast<uint32_t>(desc_b0));
+    const float* sa_rows = smem_sa + r0;
     // Two ways to keep the tensor pipe busy while a warpgroup promotes (docs/performance.md, session 4):
     // - kKDepth > 1: a warpgroup issues kKDepth K blocks into separate accumulators, then promotes each as it
     //   completes while the later ones run;
@@ -254,42 +289,39 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1 && !FG_EXPERIMENT_NO_PINGPONG;
     const uint32_t my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
     const uint32_t other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
-    bool first_batch = true;
+    // Warpgroup 0 goes first: warpgroup 1 hands it the first turn.
+    if constexpr (kPingPong) {
+      if (math_wg == 1) ptx::named_barrier_arrive(other_turn, 256);
+    }
 
     float accum[kKDepth][BLOCK_N / 2];
     float final_accum[BLOCK_N / 2];
-    // A tile straddling two SB blocks switches scale at split_col, a multiple of kScaleGranule. in_first[g] is 1 for
-    // granules of the first block, else 0: the promotion then picks each granule's scale exactly with two FMAs per
-    // row instead of a compare and select per 8 columns.
-    float in_first[kNumScaleGranules];
     struct Scales {
-      float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r1 times SB of the first / second block
+      float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
 
     // The four m64nNk32 wgmmas of one stage into acc, as one commit group.
     auto issue_batch = [&](float (&acc)[BLOCK_N / 2], uint32_t stage) {
+      const uint32_t a_lo = desc_a_lo + stage * (Layout::kABytesPerStage >> 4);
+      const uint32_t b_lo = desc_b_lo + stage * (Layout::kBBytesPerStage >> 4);
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
       for (uint32_t k = 0; k < kBlockK / 32; ++k) {
-        const uint64_t desc_a = ptx::smem_desc_advance(desc_a_base, stage * Layout::kABytesPerStage + k * 32);
-        const uint64_t desc_b = ptx::smem_desc_advance(desc_b_base, stage * Layout::kBBytesPerStage + k * 32);
-        ptx::wgmma_m64k32_e4m3<BLOCK_N>(desc_a, desc_b, acc, k > 0);
+        ptx::wgmma_m64k32_e4m3<BLOCK_N>(ptx::smem_desc_from_words(a_lo + k * (32 >> 4), desc_hi),
+                                        ptx::smem_desc_from_words(b_lo + k * (32 >> 4), desc_hi), acc, k > 0);
       }
       ptx::wgmma_commit_group();
     };
     auto load_scales = [&](uint32_t stage) {
-      const float* sa = smem_sa + stage * kSaFloatsPerStage;
-      const float sa0 = ptx::ld_shared_f32(sa + r0);
-      const float sa1 = ptx::ld_shared_f32(sa + r1);
-      float sb0 = 0.0f, sb1 = 0.0f;
-      if (lane_idx == 0) {
-        sb0 = ptx::ld_shared_f32(smem_sb + stage * 2);
-        if constexpr (!kUniformScaleB) sb1 = ptx::ld_shared_f32(smem_sb + stage * 2 + 1);
-      }
-      sb0 = __shfl_sync(0xffffffff, sb0, 0);
-      sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb1, 0);
+      const float* sa = sa_rows + stage * kSaFloatsPerStage;
+      const float sa0 = ptx::ld_shared_f32(sa);
+      const float sa1 = ptx::ld_shared_f32(sa + 8);
+      float2 sb = make_float2(0.0f, 0.0f);
+      if (lane_idx == 0) sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
+      const float sb0 = __shfl_sync(0xffffffff, sb.x, 0);
+      const float sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb.y, 0);
       return Scales{sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
     };
     // Once the stage's wgmmas completed and its scales were read (kEmptyArrivals says who arrives).
@@ -300,18 +332,17 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[stage], cta_rank ^ 1);
       }
     };
-    // The fp32 block result, scaled by SA * SB, into the running accumulator.
-    auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc) {
+    // The fp32 block result, scaled by SA * SB, into the running accumulator. Granules g < first_granules take the
+    // first SB block's scale; first_granules is a compile-time constant wherever kScaleVariants instantiated the loop,
+    // so the choice then costs no instruction.
+    auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules) {
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
 #pragma unroll
       for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
-        float scale_r0 = sc.r0_first, scale_r1 = sc.r1_first;
-        if constexpr (!kUniformScaleB) {
-          // Exact: in_first is 0 or 1, so each FMA returns one of its scale operands unrounded.
-          scale_r0 = __fmaf_rn(in_first[g], sc.r0_first, __fmaf_rn(-in_first[g], sc.r0_second, sc.r0_second));
-          scale_r1 = __fmaf_rn(in_first[g], sc.r1_first, __fmaf_rn(-in_first[g], sc.r1_second, sc.r1_second));
-        }
+        const bool first = kUniformScaleB || g < first_granules;
+        const float scale_r0 = first ? sc.r0_first : sc.r0_second;
+        const float scale_r1 = first ? sc.r1_first : sc.r1_second;
 #pragma unroll
         for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
           final_accum[j * 4 + 0] += scale_r0 * acc[j * 4 + 0];
@@ -322,15 +353,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
     };
 
-    while (scheduler.next(tile)) {
-      if constexpr (!kUniformScaleB) {
-        const uint32_t split_col = 128 - tile.n_block * BLOCK_N % 128;
-#pragma unroll
-        for (uint32_t g = 0; g < kNumScaleGranules; ++g) in_first[g] = g * kScaleGranule < split_col ? 1.0f : 0.0f;
-      }
-#pragma unroll
-      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
-
+    // One tile's K loop; `first` carries first_granules, as a compile-time constant (Constant<V>) or not.
+    auto k_loop = [&](auto first) {
       if constexpr (kKDepth > 1) {
         // K blocks in groups of kKDepth (the last group may be shorter), block d of a group into accum[d]: issue
         // all, then wait for each in turn and promote it while the later ones run. Nothing is in flight across the
@@ -354,7 +378,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::wgmma_wait_group_at_most(count - 1 - d);
               release(pipe.stage);
               pipe.advance();
-              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count) promote(accum[d], sc);
+              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count) promote(accum[d], sc, first.value);
             }
           }
         };
@@ -363,20 +387,33 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       } else {
         for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
-          if constexpr (kPingPong) {
-            if (!(first_batch && math_wg == 0)) ptx::named_barrier_sync(my_turn, 256);
-          }
-          first_batch = false;
+          if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
           issue_batch(accum[0], pipe.stage);
-          if constexpr (kPingPong) ptx::named_barrier_arrive(other_turn, 256);
+          if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
           // Read the stage's scales while the tensor cores work, before releasing the stage.
           const Scales sc = load_scales(pipe.stage);
           ptx::wgmma_wait_group<0>();
+          if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
           // Release the stage before promotion so TMA refills it meanwhile.
           release(pipe.stage);
-          if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc);
+          if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc, first.value);
           pipe.advance();
         }
+      }
+    };
+
+    while (scheduler.next(tile)) {
+      // A tile straddling two SB blocks switches scale at column 128 - n_start % 128, a multiple of kScaleGranule.
+      const uint32_t first_granules =
+          kUniformScaleB ? kNumScaleGranules
+                         : min_of((128 - tile.n_block * BLOCK_N % 128) / kScaleGranule, kNumScaleGranules);
+#pragma unroll
+      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
+      // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
+      if constexpr (kNumScaleGranules <= kMaxScaleVariants) {
+        with_constant<1, kNumScaleGranules>(first_granules, k_loop);
+      } else {
+        k_loop(RuntimeValue{first_granules});
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
@@ -384,7 +421,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     }
     // Warpgroup 1 passed the turn after its last batch: take it so the barrier ends balanced.
     if constexpr (kPingPong) {
-      if (math_wg == 0 && !first_batch) ptx::named_barrier_sync(my_turn, 256);
+      if (math_wg == 0) ptx::named_barrier_sync(my_turn, 256);
     }
     if (wg_thread == 0) ptx::tma_store_wait<0>();
     if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);

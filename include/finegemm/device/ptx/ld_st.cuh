@@ -12,6 +12,12 @@ FG_DEVICE float ld_shared_f32(const float* ptr) {
   return v;
 }
 
+FG_DEVICE float2 ld_shared_v2_f32(const float* ptr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(ptr)));
+  return v;
+}
+
 FG_DEVICE void st_shared_f32(float* ptr, float v) {
   asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(ptr)), "f"(v) : "memory");
 }

@@ -49,9 +49,21 @@ FG_DEVICE uint64_t make_smem_desc_k_major_sw128(const void* smem_ptr) {
   return desc;
 }
 
-/// The descriptor of the operand `bytes` further on in shared memory (same layout): the start address field holds
-/// address / 16 in bits 0-13 and shared addresses stay below 256 KB, so the add never carries out of the field.
-FG_DEVICE uint64_t smem_desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+/// `v`, hidden from the optimizer: a value computed once stays in a register instead of being recomputed in a loop.
+FG_DEVICE uint32_t opaque(uint32_t v) {
+  uint32_t r;
+  asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
+
+/// The descriptor made of its two 32-bit words. Advancing only the low word (start address / 16, bits 0-13) keeps
+/// the main loop's descriptor arithmetic to one 32-bit add per operand; shared addresses stay below 256 KB, so the
+/// add never carries out of the field.
+FG_DEVICE uint64_t smem_desc_from_words(uint32_t lo, uint32_t hi) {
+  uint64_t desc;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(lo), "r"(hi));
+  return desc;
+}
 
 /// D[64 x N] (+)= A[64 x 32] * B[N x 32]^T, fp8 e4m3 inputs, fp32 accumulators (N/2 per thread).
 template <int N>
