@@ -20,6 +20,11 @@ constexpr int kBlockNStep = 16;
 // Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
 // to H100 A/B runs of BLOCK_N 96..192 (docs/performance.md).
 constexpr double kMathCriticalCycles = 300.0;
+// Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to BLOCK_M=128:
+// the per-K-block work (barrier waits, scales, turns, stage bookkeeping) is shared by two waves and the tile loads
+// 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
+// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP) (docs/performance.md, session 5).
+constexpr double kBlockM256CycleFactor = 0.91;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -74,7 +79,7 @@ bool matches_forced(const KernelConfig& c) {
 
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
-int max_block_n(int block_m) { return block_m == 64 ? 176 : 192; }
+int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -95,8 +100,11 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double charged_n = double(ceil_div(c.block_n, 32) * 32);
   const double straddle = 128 % c.block_n == 0 ? 1.0 : 1.02;
   const double batch_cycles = 2.0 * charged_n * straddle;
-  const double k_block_cycles = c.block_m == 128 ? std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles)
-                                                 : batch_cycles + kMathCriticalCycles;
+  // BLOCK_M = 256: each warpgroup runs two 64-row waves, i.e. two batches, per K block.
+  const double k_block_cycles =
+      c.block_m == 64    ? batch_cycles + kMathCriticalCycles
+      : c.block_m == 128 ? std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles)
+                         : 2.0 * std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles) * kBlockM256CycleFactor;
   const double tile_compute_s = double(ceil_div(p.k, 128)) * k_block_cycles / hw.sm_clock_hz;
   double tile_l2_bytes = double(c.block_m + c.block_n) * double(p.k);
   if (c.cluster_size == 2) tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
@@ -135,7 +143,7 @@ std::string KernelConfig::kernel_function() const {
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const HardwareModel& hw) {
   std::vector<Candidate> out;
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
-  for (int block_m : {64, 128}) {
+  for (int block_m : {64, 128, 256}) {
     for (int block_n = kBlockNStep; block_n <= 256; block_n += kBlockNStep) {
       for (int cluster : {1, 2}) {
         for (bool on_a : {true, false}) {
@@ -163,6 +171,12 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
           } else if (block_m == 128 && rows <= 64) {
             cand.rejected = "M fits one 64-row warpgroup";
+          } else if (block_m == 256 && rows <= 128 && forced_config().block_m != 256) {
+            cand.rejected = "M fits 128 rows";
+          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous) {
+            cand.rejected = "the contiguous layout aligns experts to 128 rows: a 256-row tile would span two";
+          } else if (block_m == 256 && block_n != 128) {
+            cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
           } else if (cluster == 2 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {

@@ -29,7 +29,7 @@ TEST(Heuristics, DeterministicAndWithinLimits) {
         EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k)));
         EXPECT_GE(a.num_stages, 3);
         EXPECT_EQ(a.block_n % 16, 0);
-        EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : 192);
+        EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : a.block_m == 128 ? 192 : 128);
         EXPECT_LE(a.grid, 132);
         if (a.cluster_size == 2) {
           EXPECT_EQ(a.grid % 2, 0);
@@ -53,8 +53,13 @@ TEST(Heuristics, SmallMUsesOneWarpgroupAndFillsTheMachine) {
 
 TEST(Heuristics, LargeMUsesBigTiles) {
   const auto c = fh::select_config(dense(4096, 7168, 7168), 132);
-  EXPECT_EQ(c.block_m, 128);
-  EXPECT_GE(c.block_n, 112);
+  EXPECT_EQ(c.block_m, 256);
+  EXPECT_EQ(c.block_n, 128);
+  // A 256-row tile would span two experts of the contiguous layout (aligned to 128 rows).
+  Problem p = dense(8192, 4096, 7168);
+  p.kind = GemmKind::kGroupedContiguous;
+  p.num_groups = 4;
+  EXPECT_EQ(fh::select_config(p, 132).block_m, 128);
 }
 
 TEST(Heuristics, NoTileSpansThreeScaleBlocks) {

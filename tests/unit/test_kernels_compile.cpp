@@ -124,11 +124,12 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
 }
 
 // Every BLOCK_M x BLOCK_N the heuristic may pick, with 1, 5 and 56 K blocks (each tail of the in-flight accumulator
-// groups): no spills and no serialized wgmmas.
+// groups), BLOCK_M=256 with its two waves per warpgroup too: no spills and no serialized wgmmas.
 TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
   std::vector<std::string> names;
-  for (int block_m : {64, 128}) {
-    for (int block_n = 16; block_n <= (block_m == 64 ? 176 : 192); block_n += 16) {
+  for (int block_m : {64, 128, 256}) {
+    for (int block_n = 16; block_n <= (block_m == 64 ? 176 : block_m == 128 ? 192 : 128); block_n += 16) {
+      if (block_m == 256 && block_n != 128) continue;  // the heuristic pairs BLOCK_M=256 with BLOCK_N=128 only
       if (128 - std::gcd(block_n, 128) + block_n > 256) continue;  // three SB blocks: rejected by the heuristic
       for (int64_t k : {128, 576, 7168}) {
         finegemm::heuristics::KernelConfig c;

@@ -33,53 +33,63 @@ struct EpilogueTile {
   }
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-  static FG_DEVICE void store(const float (&acc)[BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg, uint32_t warp_in_wg,
-                              uint32_t lane, uint32_t wg_thread, uint32_t wg_barrier, const Tile& tile,
-                              const GemmArgs& args, uint32_t n) {
-    const uint32_t wg_row0 = math_wg * kRowsPerWarpgroup;
+  /// Writes the tile's kNumWaves x 64 rows of this warpgroup: wave w holds tile rows w * wave_rows + math_wg * 64 + [0,
+  /// 64). All waves go through stmatrix before the (one) wait for the previous tile's store.
+  template <uint32_t kNumWaves>
+  static FG_DEVICE void store(const float (&acc)[kNumWaves][BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg,
+                              uint32_t wave_rows, uint32_t warp_in_wg, uint32_t lane, uint32_t wg_thread,
+                              uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n) {
     const uint32_t n_start = tile.n_block * BLOCK_N;
 
     // The previous tile's TMA store must be done reading the shared tile.
     if (wg_thread == 0) ptx::tma_store_wait_read<0>();
     ptx::named_barrier_sync(wg_barrier, 128);
 
-    const uint32_t row = wg_row0 + warp_in_wg * 16 + lane % 16;
 #pragma unroll
-    for (uint32_t i = 0; i < BLOCK_N / 16; ++i) {
-      const uint32_t col = i * 16 + 8 * (lane / 16);
-      ptx::stmatrix_x4(smem_d + offset(row, col), ptx::cvt_bf16x2(acc[i * 8 + 0], acc[i * 8 + 1]),
-                       ptx::cvt_bf16x2(acc[i * 8 + 2], acc[i * 8 + 3]), ptx::cvt_bf16x2(acc[i * 8 + 4], acc[i * 8 + 5]),
-                       ptx::cvt_bf16x2(acc[i * 8 + 6], acc[i * 8 + 7]));
+    for (uint32_t w = 0; w < kNumWaves; ++w) {
+      const uint32_t row = w * wave_rows + math_wg * kRowsPerWarpgroup + warp_in_wg * 16 + lane % 16;
+#pragma unroll
+      for (uint32_t i = 0; i < BLOCK_N / 16; ++i) {
+        const uint32_t col = i * 16 + 8 * (lane / 16);
+        ptx::stmatrix_x4(smem_d + offset(row, col), ptx::cvt_bf16x2(acc[w][i * 8 + 0], acc[w][i * 8 + 1]),
+                         ptx::cvt_bf16x2(acc[w][i * 8 + 2], acc[w][i * 8 + 3]),
+                         ptx::cvt_bf16x2(acc[w][i * 8 + 4], acc[w][i * 8 + 5]),
+                         ptx::cvt_bf16x2(acc[w][i * 8 + 6], acc[w][i * 8 + 7]));
+      }
     }
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(wg_barrier, 128);
 
-    const int32_t wg_rows = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(wg_row0)));
-    if (wg_rows == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
-      // Full rows: TMA clips columns >= N and rows past the tensor.
-      if (wg_thread == 0) {
 #pragma unroll
-        for (uint32_t slab = 0; slab < kNumSlabs; ++slab)
-          ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kSwizzleBytes,
-                            int32_t(n_start + slab * kSlabCols), tile.row_base + int32_t(wg_row0));
-        ptx::tma_store_commit_group();
-      }
-    } else if (wg_rows > 0) {
-      // Grouped edge tile: write only the valid rows (and, for the contiguous layout, rows of this expert).
-      constexpr uint32_t kChunksPerRow = BLOCK_N / 8;
-      const uint32_t num_chunks = uint32_t(wg_rows) * kChunksPerRow;
-      for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
-        const uint32_t r = c / kChunksPerRow;
-        const uint32_t col = (c % kChunksPerRow) * 8;
-        const uint32_t global_col = n_start + col;
-        const int32_t global_row = tile.row_base + int32_t(wg_row0 + r);
-        if (global_col >= n || global_row >= args.num_a_rows) continue;
-        if (tile.check_rows && ptx::ld_global_s32(args.grouped_layout + global_row) != tile.group) continue;
-        uint32_t v[4];
-        ptx::ld_shared_v4_b32(smem_d + offset(wg_row0 + r, col), v);
-        ptx::st_global_v4_b32(args.d + int64_t(global_row) * args.ld_d + global_col, v);
+    for (uint32_t w = 0; w < kNumWaves; ++w) {
+      const uint32_t wg_row0 = w * wave_rows + math_wg * kRowsPerWarpgroup;
+      const int32_t wg_rows = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(wg_row0)));
+      if (wg_rows == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
+        // Full rows: TMA clips columns >= N and rows past the tensor.
+        if (wg_thread == 0) {
+#pragma unroll
+          for (uint32_t slab = 0; slab < kNumSlabs; ++slab)
+            ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kSwizzleBytes,
+                              int32_t(n_start + slab * kSlabCols), tile.row_base + int32_t(wg_row0));
+        }
+      } else if (wg_rows > 0) {
+        // Grouped edge tile: write only the valid rows (and, for the contiguous layout, rows of this expert).
+        constexpr uint32_t kChunksPerRow = BLOCK_N / 8;
+        const uint32_t num_chunks = uint32_t(wg_rows) * kChunksPerRow;
+        for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
+          const uint32_t r = c / kChunksPerRow;
+          const uint32_t col = (c % kChunksPerRow) * 8;
+          const uint32_t global_col = n_start + col;
+          const int32_t global_row = tile.row_base + int32_t(wg_row0 + r);
+          if (global_col >= n || global_row >= args.num_a_rows) continue;
+          if (tile.check_rows && ptx::ld_global_s32(args.grouped_layout + global_row) != tile.group) continue;
+          uint32_t v[4];
+          ptx::ld_shared_v4_b32(smem_d + offset(wg_row0 + r, col), v);
+          ptx::st_global_v4_b32(args.d + int64_t(global_row) * args.ld_d + global_col, v);
+        }
       }
     }
+    if (wg_thread == 0) ptx::tma_store_commit_group();
   }
 #endif
 };

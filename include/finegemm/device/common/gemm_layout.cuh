@@ -10,15 +10,21 @@ inline constexpr uint32_t kBlockK = 128;
 inline constexpr uint32_t kNumProducerThreads = 128;
 inline constexpr uint32_t kWarpgroupRows = 64;
 
+/// Math warpgroups of a BLOCK_M: one for 64 rows, two for 128 and 256 (then each computes two 64-row waves).
+FG_HOST_DEVICE constexpr uint32_t gemm_num_math_warpgroups(uint32_t block_m) { return block_m == 64 ? 1 : 2; }
+
 FG_HOST_DEVICE constexpr uint32_t gemm_num_threads(uint32_t block_m) {
-  return kNumProducerThreads + (block_m / kWarpgroupRows) * 128;
+  return kNumProducerThreads + gemm_num_math_warpgroups(block_m) * 128;
 }
 
 /// Shared-memory layout of one kernel instance (byte offsets from a 1024-aligned base).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K>
 struct GemmSmemLayout {
   static constexpr uint32_t kNumKBlocks = ceil_div(K, kBlockK);
-  static constexpr uint32_t kNumMathWarpgroups = BLOCK_M / kWarpgroupRows;
+  static constexpr uint32_t kNumMathWarpgroups = gemm_num_math_warpgroups(BLOCK_M);
+  /// 64-row waves per math warpgroup; wave w of warpgroup g holds tile rows w * kWaveRows + g * 64 + [0, 64).
+  static constexpr uint32_t kNumWaves = BLOCK_M / (kWarpgroupRows * kNumMathWarpgroups);
+  static constexpr uint32_t kWaveRows = kWarpgroupRows * kNumMathWarpgroups;
   static constexpr uint32_t kDBytes = align_up(BLOCK_M * BLOCK_N * 2u, 1024u);           // (BLOCK_M, BLOCK_N) bf16
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8

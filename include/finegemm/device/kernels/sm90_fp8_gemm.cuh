@@ -45,8 +45,9 @@ inline constexpr uint32_t kMathRegisters = 232;
 /// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
 /// faster than depth 4 at BN=32 (H100, docs/performance.md session 4), so there only BN 48..64 use depth 4.
 FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
-  return block_m == 64 ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
-                       : (block_n > 32 && block_n <= 64 ? 4 : 1);
+  return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
+         : block_m == 128 ? (block_n > 32 && block_n <= 64 ? 4 : 1)
+                          : 1;
 }
 
 /// Copies of the K loop, one per split point of a tile straddling two SB blocks (BLOCK_N / gcd(BLOCK_N, 128) of them):
@@ -97,7 +98,7 @@ template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N,
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
-  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "one or two math warpgroups of 64 rows");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "64 rows per math warpgroup and wave");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
   static_assert(128 - (BLOCK_N & (~BLOCK_N + 1) & 127 ? (BLOCK_N & (~BLOCK_N + 1)) : 128) + BLOCK_N <= 256,
                 "a tile may span at most two 128-column SB blocks");
@@ -117,6 +118,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kNumNBlocks = ceil_div(N, BLOCK_N);
   constexpr uint32_t kNumSbBlocks = ceil_div(N, 128u);
   constexpr uint32_t kNumMathWarpgroups = Layout::kNumMathWarpgroups;
+  constexpr uint32_t kNumWaves = Layout::kNumWaves;
+  constexpr uint32_t kWaveRows = Layout::kWaveRows;
   constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
   constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
   constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;  // a tile never straddles two 128-column SB blocks
@@ -267,7 +270,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t wg_thread = threadIdx.x % 128;
     const uint32_t warp_in_wg = warp_idx % 4;
-    const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;  // tile rows r0 and r0 + 8
+    // Tile rows r0 and r0 + 8 of wave 0; wave w adds w * kWaveRows.
+    const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;
     const uint32_t wg_barrier = static_cast<uint32_t>(NamedBarrier::kMathWarpgroup0) + math_wg;
     PipelineState<kNumStages> pipe;
     // The main loop is short on purpose: on an H100 every math-warp instruction costs tensor-pipe time (session 5 in
@@ -295,14 +299,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     }
 
     float accum[kKDepth][BLOCK_N / 2];
-    float final_accum[BLOCK_N / 2];
+    float final_accum[kNumWaves][BLOCK_N / 2];
     struct Scales {
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
 
     // The four m64nNk32 wgmmas of one stage into acc, as one commit group.
-    auto issue_batch = [&](float (&acc)[BLOCK_N / 2], uint32_t stage) {
-      const uint32_t a_lo = desc_a_lo + stage * (Layout::kABytesPerStage >> 4);
+    auto issue_batch = [&](float (&acc)[BLOCK_N / 2], uint32_t stage, uint32_t wave) {
+      const uint32_t a_lo = desc_a_lo + stage * (Layout::kABytesPerStage >> 4) + wave * ((kWaveRows * kBlockK) >> 4);
       const uint32_t b_lo = desc_b_lo + stage * (Layout::kBBytesPerStage >> 4);
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
@@ -314,8 +318,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
       ptx::wgmma_commit_group();
     };
-    auto load_scales = [&](uint32_t stage) {
-      const float* sa = sa_rows + stage * kSaFloatsPerStage;
+    auto load_scales = [&](uint32_t stage, uint32_t wave) {
+      const float* sa = sa_rows + stage * kSaFloatsPerStage + wave * kWaveRows;
       const float sa0 = ptx::ld_shared_f32(sa);
       const float sa1 = ptx::ld_shared_f32(sa + 8);
       float2 sb = make_float2(0.0f, 0.0f);
@@ -335,7 +339,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // The fp32 block result, scaled by SA * SB, into the running accumulator. Granules g < first_granules take the
     // first SB block's scale; first_granules is a compile-time constant wherever kScaleVariants instantiated the loop,
     // so the choice then costs no instruction.
-    auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules) {
+    auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules,
+                       float (&out)[BLOCK_N / 2]) {
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
 #pragma unroll
@@ -345,10 +350,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float scale_r1 = first ? sc.r1_first : sc.r1_second;
 #pragma unroll
         for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
-          final_accum[j * 4 + 0] += scale_r0 * acc[j * 4 + 0];
-          final_accum[j * 4 + 1] += scale_r0 * acc[j * 4 + 1];
-          final_accum[j * 4 + 2] += scale_r1 * acc[j * 4 + 2];
-          final_accum[j * 4 + 3] += scale_r1 * acc[j * 4 + 3];
+          out[j * 4 + 0] += scale_r0 * acc[j * 4 + 0];
+          out[j * 4 + 1] += scale_r0 * acc[j * 4 + 1];
+          out[j * 4 + 2] += scale_r1 * acc[j * 4 + 2];
+          out[j * 4 + 3] += scale_r1 * acc[j * 4 + 3];
         }
       }
     };
@@ -367,36 +372,40 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           for (uint32_t d = 0; d < kKDepth; ++d) {
             if (d < count) {
               ptx::mbarrier_wait(&full_barriers[ahead.stage], ahead.phase);
-              issue_batch(accum[d], ahead.stage);
+              issue_batch(accum[d], ahead.stage, 0);
               ahead.advance();
             }
           }
 #pragma unroll
           for (uint32_t d = 0; d < kKDepth; ++d) {
             if (d < count) {
-              const Scales sc = load_scales(pipe.stage);
+              const Scales sc = load_scales(pipe.stage, 0);
               ptx::wgmma_wait_group_at_most(count - 1 - d);
               release(pipe.stage);
               pipe.advance();
-              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count) promote(accum[d], sc, first.value);
+              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count) promote(accum[d], sc, first.value, final_accum[0]);
             }
           }
         };
         for (uint32_t group = 0; group < kNumKBlocks / kKDepth; ++group) run_group(kKDepth);
         if constexpr (kNumKBlocks % kKDepth != 0) run_group(kNumKBlocks % kKDepth);
       } else {
+        // One batch per wave; with two warpgroups the turns alternate batch by batch.
         for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
-          if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
-          issue_batch(accum[0], pipe.stage);
-          if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
-          // Read the stage's scales while the tensor cores work, before releasing the stage.
-          const Scales sc = load_scales(pipe.stage);
-          ptx::wgmma_wait_group<0>();
-          if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
-          // Release the stage before promotion so TMA refills it meanwhile.
-          release(pipe.stage);
-          if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc, first.value);
+#pragma unroll
+          for (uint32_t w = 0; w < kNumWaves; ++w) {
+            if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
+            issue_batch(accum[0], pipe.stage, w);
+            if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
+            // Read the stage's scales while the tensor cores work, before releasing the stage.
+            const Scales sc = load_scales(pipe.stage, w);
+            ptx::wgmma_wait_group<0>();
+            if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
+            // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
+            if (w + 1 == kNumWaves) release(pipe.stage);
+            if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc, first.value, final_accum[w]);
+          }
           pipe.advance();
         }
       }
@@ -408,7 +417,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           kUniformScaleB ? kNumScaleGranules
                          : min_of((128 - tile.n_block * BLOCK_N % 128) / kScaleGranule, kNumScaleGranules);
 #pragma unroll
-      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[i] = 0.0f;
+      for (uint32_t w = 0; w < kNumWaves; ++w)
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
       // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
       if constexpr (kNumScaleGranules <= kMaxScaleVariants) {
         with_constant<1, kNumScaleGranules>(first_granules, k_loop);
@@ -417,7 +428,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
-      Epilogue::store(final_accum, smem_d, math_wg, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile, args, N);
+      Epilogue::store(final_accum, smem_d, math_wg, kWaveRows, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile,
+                      args, N);
     }
     // Warpgroup 1 passed the turn after its last batch: take it so the barrier ends balanced.
     if constexpr (kPingPong) {
