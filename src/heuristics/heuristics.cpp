@@ -25,6 +25,9 @@ constexpr double kMathCriticalCycles = 300.0;
 // 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
 // 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP) (docs/performance.md, session 5).
 constexpr double kBlockM256CycleFactor = 0.91;
+// Below 16 K blocks BLOCK_M=256 lost to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512, 251.7 vs
+// 249.0 us at 4096x24576x1536; from K=2048 up it won (97.8 vs 102.4 us at 4096x7168x2048).
+constexpr int64_t kBlockM256MinK = 2048;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -177,6 +180,9 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "the contiguous layout aligns experts to 128 rows: a 256-row tile would span two";
           } else if (block_m == 256 && block_n != 128) {
             cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
+          } else if (block_m == 256 && p.k < kBlockM256MinK) {
+            cand.rejected = "BLOCK_M=256 needs K >= 2048: with fewer K blocks per tile its 3-stage refill and "
+                            "256-row epilogue cost more than it saves";
           } else if (cluster == 2 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {

@@ -60,6 +60,8 @@ TEST(Heuristics, LargeMUsesBigTiles) {
   p.kind = GemmKind::kGroupedContiguous;
   p.num_groups = 4;
   EXPECT_EQ(fh::select_config(p, 132).block_m, 128);
+  // Short K: the 256-row tile's refill and epilogue are not paid back.
+  EXPECT_EQ(fh::select_config(dense(4096, 32768, 512), 132).block_m, 128);
 }
 
 TEST(Heuristics, NoTileSpansThreeScaleBlocks) {
