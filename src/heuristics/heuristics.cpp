@@ -176,8 +176,6 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "M fits one 64-row warpgroup";
           } else if (block_m == 256 && rows <= 128 && forced_config().block_m != 256) {
             cand.rejected = "M fits 128 rows";
-          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous) {
-            cand.rejected = "the contiguous layout aligns experts to 128 rows: a 256-row tile would span two";
           } else if (block_m == 256 && block_n != 128) {
             cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
           } else if (block_m == 256 && p.k < kBlockM256MinK) {

@@ -2,6 +2,7 @@
 // padding and masked rows. Runs the device scheduler's code on the host.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -111,6 +112,37 @@ TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {
   EXPECT_FALSE(seen.at({1, 0}).check_rows);  // expert 2, full block
   EXPECT_TRUE(seen.at({3, 0}).check_rows);   // expert 2's last block: 44 rows
   EXPECT_FALSE(seen.at({4, 0}).check_rows);
+}
+
+TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
+  // Experts aligned to 128 rows, so a 256-row block may hold two experts: its second half then gets its own tile.
+  for (const std::vector<int>& counts : {std::vector<int>{100, 0, 300, 128, 250}, std::vector<int>{256, 1, 129, 512},
+                                         std::vector<int>{0, 0, 5}}) {
+    std::vector<int32_t> m_indices;
+    for (int e = 0; e < int(counts.size()); ++e) {
+      const int padded = (counts[size_t(e)] + 127) / 128 * 128;
+      for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
+    }
+    const int rows = int(m_indices.size());
+    for (int ctas : {1, 3, 132}) {
+      const auto visits =
+          walk<fd::GemmKind::kGroupedContiguous, 256, 64, 3, 1, true>(rows, int(counts.size()), m_indices.data(), ctas);
+      std::vector<int> covered(size_t(rows) * 3, 0);  // (row, n_block): times written by a tile of the row's expert
+      for (const auto& cta : visits)
+        for (const auto& v : cta) {
+          EXPECT_EQ(v.group, m_indices[size_t(v.row_base)]);
+          bool foreign = false;
+          for (int r = v.row_base; r < std::min(rows, v.row_base + v.row_limit); ++r) {
+            if (m_indices[size_t(r)] == v.group) ++covered[size_t(r) * 3 + size_t(v.n_block)];
+            foreign |= m_indices[size_t(r)] != v.group;
+          }
+          if (foreign) EXPECT_TRUE(v.check_rows) << "row_base " << v.row_base;
+        }
+      for (int r = 0; r < rows; ++r)
+        for (int n = 0; n < 3; ++n)
+          EXPECT_EQ(covered[size_t(r) * 3 + size_t(n)], m_indices[size_t(r)] >= 0 ? 1 : 0) << "row " << r << " n " << n;
+    }
+  }
 }
 
 TEST(Scheduler, ContiguousAllPaddingBlocksAndBadIdsAreSkipped) {

@@ -25,6 +25,7 @@ struct Tile {
   int32_t n_block = 0;
   int32_t row_base = 0;      ///< row of the tile's first row in the 2D views of A and D
   int32_t row_limit = 0;     ///< rows of the tile that may be written (< BLOCK_M only for grouped edge tiles)
+  int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
 };
 
@@ -34,6 +35,8 @@ struct TileScheduler {
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
   static_assert(kRasterBand % 2 == 0, "an even band keeps multicast pairs inside one band");
   static constexpr bool kPairsAlongM = kClusterSize == 2 && !kMulticastOnA;
+  /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
+  static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
 
   // Problem
   int32_t num_rows;                ///< M (normal), M_sum (contiguous), M_max (masked)
@@ -106,16 +109,20 @@ struct TileScheduler {
       return next_masked(tile);
     } else {
       const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
-      const int32_t num_tiles = num_m_blocks * kNumNBlocks;
+      const int32_t num_tiles = num_m_blocks * kNumNBlocks * (kContiguousHalves ? 2 : 1);
       while (next_tile < num_tiles) {
         const int32_t t = next_tile;
         next_tile += tile_stride;
-        rasterize(t, num_m_blocks, tile.m_block, tile.n_block);
+        const bool second_pass = kContiguousHalves && t >= num_m_blocks * kNumNBlocks;
+        rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
         tile.row_base = tile.m_block * BLOCK_M;
         tile.row_limit = BLOCK_M;
+        tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
         tile.group = 0;
         tile.check_rows = false;
-        if constexpr (kKind == GemmKind::kGroupedContiguous) {
+        if constexpr (kContiguousHalves) {
+          if (!contiguous_half_tile(tile, second_pass)) continue;
+        } else if constexpr (kKind == GemmKind::kGroupedContiguous) {
           const int32_t expert = load_layout(tile.row_base);
           if (expert < 0 || expert >= num_groups) {
             if (expert < -1 || expert >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
@@ -131,6 +138,37 @@ struct TileScheduler {
     }
   }
 
+  /// Contiguous layout with 256-row tiles over experts aligned to 128 rows: the 256-row block at tile.row_base has
+  /// halves h0 (rows 0-127) and h1 (128-255), each of one expert (or padding). The first pass computes h0's expert,
+  /// and h1 too when it is the same expert; the second pass computes h1 alone when its expert differs, as a tile
+  /// starting at row 128 of the block (its second wave, past the tile's 128 rows, is skipped). False: nothing to do.
+  FG_HOST_DEVICE bool contiguous_half_tile(Tile& tile, bool second_pass) {
+    constexpr int32_t kHalf = BLOCK_M / 2;
+    const int32_t h0 = load_layout(tile.row_base);
+    const int32_t h1 = tile.row_base + kHalf < num_rows ? load_layout(tile.row_base + kHalf) : -1;
+    const auto valid = [&](int32_t e) {
+      if (e < -1 || e >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
+      return e >= 0 && e < num_groups;
+    };
+    if (!second_pass) {
+      if (!valid(h0)) return false;
+      const bool both = h1 == h0;
+      tile.group = h0;
+      tile.row_limit = both ? BLOCK_M : kHalf;
+      tile.compute_rows = min_of(tile.row_limit, num_rows - tile.row_base);
+      const int32_t last_row = tile.row_base + tile.compute_rows - 1;
+      tile.check_rows = load_layout(min_of(tile.row_base + kHalf, num_rows) - 1) != h0 || load_layout(last_row) != h0;
+      return true;
+    }
+    if (h1 == h0 || !valid(h1)) return false;
+    tile.row_base += kHalf;
+    tile.group = h1;
+    tile.row_limit = kHalf;
+    tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
+    tile.check_rows = load_layout(tile.row_base + tile.compute_rows - 1) != h1;
+    return true;
+  }
+
   FG_HOST_DEVICE bool next_masked(Tile& tile) {
     const int32_t t = next_tile;
     // Walk forward to the group holding tile t (tiles of a CTA only move forward).
@@ -143,6 +181,7 @@ struct TileScheduler {
         tile.group = group;
         tile.row_base = group * num_rows + tile.m_block * BLOCK_M;
         tile.row_limit = min_of(BLOCK_M, group_rows - tile.m_block * BLOCK_M);
+        tile.compute_rows = tile.row_limit;
         tile.check_rows = false;
         return true;
       }

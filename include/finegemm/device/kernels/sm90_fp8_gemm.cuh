@@ -390,11 +390,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         for (uint32_t group = 0; group < kNumKBlocks / kKDepth; ++group) run_group(kKDepth);
         if constexpr (kNumKBlocks % kKDepth != 0) run_group(kNumKBlocks % kKDepth);
       } else {
-        // One batch per wave; with two warpgroups the turns alternate batch by batch.
+        // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to
+        // compute is skipped (by both warpgroups alike, so the turns stay balanced).
+        const uint32_t num_waves = kNumWaves == 1 || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
         for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
 #pragma unroll
           for (uint32_t w = 0; w < kNumWaves; ++w) {
+            if (w >= num_waves) break;
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
             issue_batch(accum[0], pipe.stage, w);
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
@@ -403,7 +406,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             ptx::wgmma_wait_group<0>();
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
-            if (w + 1 == kNumWaves) release(pipe.stage);
+            if (w + 1 == num_waves) release(pipe.stage);
             if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc, first.value, final_accum[w]);
           }
           pipe.advance();
