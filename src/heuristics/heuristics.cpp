@@ -28,6 +28,10 @@ constexpr double kBlockM256CycleFactor = 0.91;
 // Below 16 K blocks BLOCK_M=256 lost to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512, 251.7 vs
 // 249.0 us at 4096x24576x1536; from K=2048 up it won (97.8 vs 102.4 us at 4096x7168x2048).
 constexpr int64_t kBlockM256MinK = 2048;
+// The contiguous layout's 256-row blocks holding two experts need an extra tile each; measured on an H100 against
+// BLOCK_M=128 BN=192: K=7168 1284 vs 1217 TFLOPS (G=4) and 1198 vs 1196 (G=8), K=2048 1196 vs 1228 (G=4) and 1151
+// vs 1195 (G=8).
+constexpr int64_t kBlockM256MinKContiguous = 4096;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -181,6 +185,9 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           } else if (block_m == 256 && p.k < kBlockM256MinK) {
             cand.rejected = "BLOCK_M=256 needs K >= 2048: with fewer K blocks per tile its 3-stage refill and "
                             "256-row epilogue cost more than it saves";
+          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous) {
+            cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: the extra tiles of blocks "
+                            "holding two experts cost more than the larger tiles save at shorter K";
           } else if (cluster == 2 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {
