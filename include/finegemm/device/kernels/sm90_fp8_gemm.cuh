@@ -2,9 +2,9 @@
 //
 // Persistent and warp-specialized: one CTA per SM walks its tiles (TileScheduler). The last warpgroup produces:
 // one thread issues TMA loads of A, B (and SA when MN-major) into a kNumStages ring guarded by full/empty mbarriers;
-// when SA is K-major, one warp gathers it instead. One or two math warpgroups (64 rows each) issue wgmma and promote
-// each 128-wide K block's fp32 result into a second accumulator with the SA * SB scales (Hopper's FP8 tensor-core
-// accumulation keeps about 14 bits). The epilogue converts to bf16, stores with stmatrix into a swizzled shared tile
+// when SA is K-major, one warp gathers it instead. One or two math warpgroups issue wgmma (64 rows each per wave;
+// BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32 result into a
+// second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). The epilogue converts to bf16, stores with stmatrix into a swizzled shared tile
 // and writes it with TMA stores that overlap the next tile's main loop.
 #pragma once
 
