@@ -138,8 +138,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   }
   const uint32_t swizzle_bytes = device::epilogue_swizzle_bytes(uint32_t(cfg.block_n));
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.n),
-            uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, device::epilogue_slab_cols(uint32_t(cfg.block_n)),
-            device::kWarpgroupRows,
+            uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, swizzle_bytes / 2, device::kWarpgroupRows,
             swizzle_for_bytes(swizzle_bytes), "cuTensorMapEncodeTiled(D)");
   args.sb = static_cast<const float*>(c.sb);
   args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;

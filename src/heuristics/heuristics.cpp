@@ -151,10 +151,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   std::vector<Candidate> out;
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   for (int block_m : {64, 128, 256}) {
-    for (int block_n = 8; block_n <= 256; block_n += 8) {
-      // Multiples of 16, plus 24, 40 and 56: finer tile counts for small N blocks (N = 7168: 128 tiles of 56
-      // columns fill 128 of 132 SMs, 64 columns only 112).
-      if (block_n % 16 != 0 && (block_n < 24 || block_n > 56)) continue;
+    for (int block_n = kBlockNStep; block_n <= 256; block_n += kBlockNStep) {
       for (int cluster : {1, 2}) {
         for (bool on_a : {true, false}) {
           if (cluster == 1 && !on_a) continue;  // one unclustered variant

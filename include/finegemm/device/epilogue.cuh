@@ -17,18 +17,17 @@ namespace finegemm::device {
 /// kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix land in distinct banks.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
 struct EpilogueTile {
-  static_assert(BLOCK_N % 8 == 0, "stmatrix stores 8-column matrices");
-  static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N);  // 0: unswizzled
-  static constexpr uint32_t kSlabCols = epilogue_slab_cols(BLOCK_N);
-  static constexpr uint32_t kRowBytes = kSlabCols * 2;  // one slab row
+  static_assert(BLOCK_N % 16 == 0, "stmatrix x4 covers 16 columns");
+  static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N);
+  static constexpr uint32_t kSlabCols = kSwizzleBytes / 2;
   static constexpr uint32_t kNumSlabs = BLOCK_N / kSlabCols;
-  static constexpr uint32_t kSlabBytes = BLOCK_M * kRowBytes;
-  static constexpr uint32_t kSwizzleMask = kSwizzleBytes == 0 ? 0 : kSwizzleBytes / 16 - 1;
+  static constexpr uint32_t kSlabBytes = BLOCK_M * kSwizzleBytes;
+  static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
 
   /// Byte offset of (row, col) in the shared tile; col is a multiple of 8 (one 16-byte chunk).
   static FG_HOST_DEVICE uint32_t offset(uint32_t row, uint32_t col) {
-    uint32_t off = row * kRowBytes + (col % kSlabCols) * 2;
+    uint32_t off = row * kSwizzleBytes + (col % kSlabCols) * 2;
     off ^= ((off >> 7) & kSwizzleMask) << 4;
     return (col / kSlabCols) * kSlabBytes + off;
   }
@@ -57,12 +56,6 @@ struct EpilogueTile {
                          ptx::cvt_bf16x2(acc[w][i * 8 + 4], acc[w][i * 8 + 5]),
                          ptx::cvt_bf16x2(acc[w][i * 8 + 6], acc[w][i * 8 + 7]));
       }
-      if constexpr (BLOCK_N % 16 != 0) {
-        // The last 8 columns: rows 0-7 and 8-15 of the warp, addresses from lanes 0-15.
-        constexpr uint32_t j = BLOCK_N / 8 - 1;
-        ptx::stmatrix_x2(smem_d + offset(row, j * 8), ptx::cvt_bf16x2(acc[w][j * 4 + 0], acc[w][j * 4 + 1]),
-                         ptx::cvt_bf16x2(acc[w][j * 4 + 2], acc[w][j * 4 + 3]));
-      }
     }
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(wg_barrier, 128);
@@ -76,7 +69,7 @@ struct EpilogueTile {
         if (wg_thread == 0) {
 #pragma unroll
           for (uint32_t slab = 0; slab < kNumSlabs; ++slab)
-            ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kRowBytes,
+            ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kSwizzleBytes,
                               int32_t(n_start + slab * kSlabCols), tile.row_base + int32_t(wg_row0));
         }
       } else if (wg_rows > 0) {

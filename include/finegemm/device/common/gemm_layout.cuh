@@ -52,16 +52,9 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
   return d_bytes + num_stages * stage_bytes + sb_bytes + 2 * num_stages * 8 + 1024;
 }
 
-/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it;
-/// BLOCK_N = 24, 40, 56 (not a multiple of 16) use one unswizzled slab (0 here), whose rows of 48, 80 or 112 bytes
-/// already put the 8 rows of an stmatrix matrix in distinct banks.
+/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it.
 FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n) {
-  return block_n % 64 == 0 ? 128 : block_n % 32 == 0 ? 64 : block_n % 16 == 0 ? 32 : 0;
-}
-
-/// Columns of one epilogue slab (the TMA store box's inner extent).
-FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) {
-  return epilogue_swizzle_bytes(block_n) == 0 ? block_n : epilogue_swizzle_bytes(block_n) / 2;
+  return block_n % 64 == 0 ? 128 : (block_n % 32 == 0 ? 64 : 32);
 }
 
 }  // namespace finegemm::device

@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
   static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "64 rows per math warpgroup and wave");
-  static_assert((BLOCK_N % 16 == 0 || (BLOCK_N % 8 == 0 && BLOCK_N < 64)) && BLOCK_N >= 16 && BLOCK_N <= 256,
-                "BLOCK_N: a multiple of 16 in [16, 256], or 24, 40, 56");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
   static_assert(128 - (BLOCK_N & (~BLOCK_N + 1) & 127 ? (BLOCK_N & (~BLOCK_N + 1)) : 128) + BLOCK_N <= 256,
                 "a tile may span at most two 128-column SB blocks");
   static_assert(N % 8 == 0 && K % 16 == 0, "N % 8 == 0 and K % 16 == 0 (16-byte TMA strides)");
