@@ -108,10 +108,10 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double straddle = 128 % c.block_n == 0 ? 1.0 : 1.02;
   const double batch_cycles = 2.0 * charged_n * straddle;
   // BLOCK_M = 256: each warpgroup runs two 64-row waves, i.e. two batches, per K block.
-  const double k_block_cycles =
-      c.block_m == 64    ? batch_cycles + kMathCriticalCycles
-      : c.block_m == 128 ? std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles)
-                         : 2.0 * std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles) * kBlockM256CycleFactor;
+  const double turns_cycles = std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles);
+  const double k_block_cycles = c.block_m == 64    ? batch_cycles + kMathCriticalCycles
+                                : c.block_m == 128 ? turns_cycles
+                                                   : 2.0 * turns_cycles * kBlockM256CycleFactor;
   const double tile_compute_s = double(ceil_div(p.k, 128)) * k_block_cycles / hw.sm_clock_hz;
   double tile_l2_bytes = double(c.block_m + c.block_n) * double(p.k);
   if (c.cluster_size == 2) tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;

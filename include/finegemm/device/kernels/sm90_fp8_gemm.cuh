@@ -4,8 +4,9 @@
 // one thread issues TMA loads of A, B (and SA when MN-major) into a kNumStages ring guarded by full/empty mbarriers;
 // when SA is K-major, one warp gathers it instead. One or two math warpgroups issue wgmma (64 rows each per wave;
 // BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32 result into a
-// second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). The epilogue converts to bf16, stores with stmatrix into a swizzled shared tile
-// and writes it with TMA stores that overlap the next tile's main loop.
+// second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). The
+// epilogue converts to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that
+// overlap the next tile's main loop.
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -124,7 +125,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
   constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;  // a tile never straddles two 128-column SB blocks
   // Columns of one scale granule: a straddling tile splits at n_start % 128, a multiple of gcd(BLOCK_N, 128).
-  constexpr uint32_t kScaleGranule = kUniformScaleB ? BLOCK_N : (BLOCK_N & (~BLOCK_N + 1)) < 128 ? (BLOCK_N & (~BLOCK_N + 1)) : 128;
+  constexpr uint32_t kLowestBit = BLOCK_N & (~BLOCK_N + 1);
+  constexpr uint32_t kScaleGranule = kUniformScaleB ? BLOCK_N : kLowestBit < 128 ? kLowestBit : 128;
   constexpr uint32_t kNumScaleGranules = BLOCK_N / kScaleGranule;
   constexpr uint32_t kASplit = (kClusterSize == 2 && kMulticastOnA) ? 2 : 1;
   constexpr uint32_t kBSplit = (kClusterSize == 2 && !kMulticastOnA) ? 2 : 1;
@@ -337,7 +339,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
     };
     // The fp32 block result, scaled by SA * SB, into the running accumulator. Granules g < first_granules take the
-    // first SB block's scale; first_granules is a compile-time constant wherever kScaleVariants instantiated the loop,
+    // first SB block's scale; first_granules is a compile-time constant wherever the K loop was instantiated per split,
     // so the choice then costs no instruction.
     auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules,
                        float (&out)[BLOCK_N / 2]) {
