@@ -11,6 +11,7 @@ METRICS+=",l1tex__throughput.avg.pct_of_peak_sustained_active,lts__throughput.av
 METRICS+=",dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed"
 METRICS+=",l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum,sm__cycles_elapsed.avg"
 METRICS+=",gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second"
+METRICS+=",dram__bytes_read.sum,lts__t_bytes.sum,sm__cycles_active.avg,sm__cycles_active.max"
 i=0
 for shape in "$@"; do
   i=$((i + 1))
@@ -22,5 +23,6 @@ for shape in "$@"; do
   echo "== profile ${PROFILE_TAG:-} $shape (rc=$?)"
   # Non-zero stall reasons, largest first, then the throughput lines.
   grep -E "issue_stalled" "$log" | awk '{v=$NF; gsub(",","",v); if (v+0 > 0.05) print v, $1}' | sort -rn | head -12
-  grep -E "tensor_op|throughput|duration|cycles_elapsed|inst_executed|wavefronts" "$log" | sed 's/  */ /g'
+  grep -E "tensor_op|throughput|duration|cycles_elapsed|cycles_active|bytes|inst_executed|wavefronts" "$log" |
+    sed 's/  */ /g'
 done
