@@ -74,6 +74,17 @@ struct EpilogueTile {
         }
       } else if (wg_rows > 0) {
         // Grouped edge tile: write only the valid rows (and, for the contiguous layout, rows of this expert).
+        // Contiguous: each warp reads the 64 rows' expert ids once (two loads per lane, in parallel) into a mask,
+        // instead of one dependent load per 16-byte chunk.
+        uint32_t mine_lo = 0xffffffffu, mine_hi = 0xffffffffu;  // bit r: row wg_row0 + r (+ 32) is this expert's
+        if (tile.check_rows) {
+          const int32_t row_lo = tile.row_base + int32_t(wg_row0 + lane);
+          const int32_t row_hi = row_lo + 32;
+          const bool lo = row_lo < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_lo) == tile.group;
+          const bool hi = row_hi < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_hi) == tile.group;
+          mine_lo = __ballot_sync(0xffffffffu, lo);
+          mine_hi = __ballot_sync(0xffffffffu, hi);
+        }
         constexpr uint32_t kChunksPerRow = BLOCK_N / 8;
         const uint32_t num_chunks = uint32_t(wg_rows) * kChunksPerRow;
         for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
@@ -82,7 +93,7 @@ struct EpilogueTile {
           const uint32_t global_col = n_start + col;
           const int32_t global_row = tile.row_base + int32_t(wg_row0 + r);
           if (global_col >= n || global_row >= args.num_a_rows) continue;
-          if (tile.check_rows && ptx::ld_global_s32(args.grouped_layout + global_row) != tile.group) continue;
+          if ((((r < 32 ? mine_lo : mine_hi) >> (r % 32)) & 1u) == 0) continue;
           uint32_t v[4];
           ptx::ld_shared_v4_b32(smem_d + offset(wg_row0 + r, col), v);
           ptx::st_global_v4_b32(args.d + int64_t(global_row) * args.ld_d + global_col, v);
