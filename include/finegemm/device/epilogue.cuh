@@ -5,11 +5,13 @@
 #include "finegemm/device/common/gemm_args.cuh"
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "finegemm/device/common/types.cuh"
+#include "finegemm/device/scheduler.cuh"
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #include "finegemm/device/ptx/ld_st.cuh"
 #include "finegemm/device/ptx/mbarrier.cuh"
 #include "finegemm/device/ptx/sync.cuh"
 #include "finegemm/device/ptx/tma.cuh"
-#include "finegemm/device/scheduler.cuh"
+#endif
 
 namespace finegemm::device {
 
@@ -32,6 +34,14 @@ struct EpilogueTile {
     return (col / kSlabCols) * kSlabBytes + off;
   }
 
+  /// offset(row, i * 16 + col0) from offset(row, col0), col0 in {0, 8}: the swizzle XORs the 16-byte chunk index
+  /// inside a slab row, and chunk (2i + col0 / 8) mod kSlabCols / 8 differs from chunk col0 / 8 by XOR (2i mod
+  /// kSlabCols / 8), so each stmatrix address costs one XOR with a constant and an immediate offset (no register
+  /// per address live across the main loop; the epilogue runs inside it). Also valid for a 1024-aligned base added.
+  static FG_HOST_DEVICE uint32_t chunk_offset(uint32_t offset_col0, uint32_t i) {
+    return (offset_col0 ^ (((2 * i) % (kSlabCols / 8)) << 4)) + (i * 16 / kSlabCols) * kSlabBytes;
+  }
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   /// Writes the tile's kNumWaves x 64 rows of this warpgroup: wave w holds tile rows w * wave_rows + math_wg * 64 + [0,
   /// 64). All waves go through stmatrix before the (one) wait for the previous tile's store.
@@ -48,10 +58,10 @@ struct EpilogueTile {
 #pragma unroll
     for (uint32_t w = 0; w < kNumWaves; ++w) {
       const uint32_t row = w * wave_rows + math_wg * kRowsPerWarpgroup + warp_in_wg * 16 + lane % 16;
+      const uint32_t lane_offset = ptx::opaque(offset(row, 8 * (lane / 16)));
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 16; ++i) {
-        const uint32_t col = i * 16 + 8 * (lane / 16);
-        ptx::stmatrix_x4(smem_d + offset(row, col), ptx::cvt_bf16x2(acc[w][i * 8 + 0], acc[w][i * 8 + 1]),
+        ptx::stmatrix_x4(smem_d + chunk_offset(lane_offset, i), ptx::cvt_bf16x2(acc[w][i * 8 + 0], acc[w][i * 8 + 1]),
                          ptx::cvt_bf16x2(acc[w][i * 8 + 2], acc[w][i * 8 + 3]),
                          ptx::cvt_bf16x2(acc[w][i * 8 + 4], acc[w][i * 8 + 5]),
                          ptx::cvt_bf16x2(acc[w][i * 8 + 6], acc[w][i * 8 + 7]));

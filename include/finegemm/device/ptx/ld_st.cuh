@@ -6,6 +6,14 @@
 
 namespace finegemm::device::ptx {
 
+/// `v`, hidden from the optimizer: it is computed where it stands, neither recomputed inside a loop from its inputs
+/// nor values derived from it hoisted out of one.
+FG_DEVICE uint32_t opaque(uint32_t v) {
+  uint32_t r;
+  asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
+
 FG_DEVICE float ld_shared_f32(const float* ptr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(ptr)));

@@ -49,13 +49,6 @@ FG_DEVICE uint64_t make_smem_desc_k_major_sw128(const void* smem_ptr) {
   return desc;
 }
 
-/// `v`, hidden from the optimizer: a value computed once stays in a register instead of being recomputed in a loop.
-FG_DEVICE uint32_t opaque(uint32_t v) {
-  uint32_t r;
-  asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
-  return r;
-}
-
 /// The descriptor made of its two 32-bit words. Advancing only the low word (start address / 16, bits 0-13) keeps
 /// the main loop's descriptor arithmetic to one 32-bit add per operand; shared addresses stay below 256 KB, so the
 /// add never carries out of the field.
