@@ -338,11 +338,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[stage], cta_rank ^ 1);
       }
     };
-    // The fp32 block result, scaled by SA * SB, into the running accumulator. Granules g < first_granules take the
-    // first SB block's scale; first_granules is a compile-time constant wherever the K loop was instantiated per split,
-    // so the choice then costs no instruction.
+    // The fp32 block result, scaled by SA * SB, into the running accumulator (the tile's first K block sets it, when
+    // `assign` is Constant<1>). Granules g < first_granules take the first SB block's scale; first_granules is a
+    // compile-time constant wherever the K loop was instantiated per split, so the choice then costs no instruction.
     auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules,
-                       float (&out)[BLOCK_N / 2]) {
+                       float (&out)[BLOCK_N / 2], auto assign) {
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
 #pragma unroll
@@ -352,10 +352,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float scale_r1 = first ? sc.r1_first : sc.r1_second;
 #pragma unroll
         for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
-          out[j * 4 + 0] += scale_r0 * acc[j * 4 + 0];
-          out[j * 4 + 1] += scale_r0 * acc[j * 4 + 1];
-          out[j * 4 + 2] += scale_r1 * acc[j * 4 + 2];
-          out[j * 4 + 3] += scale_r1 * acc[j * 4 + 3];
+#pragma unroll
+          for (uint32_t c = 0; c < 4; ++c) {
+            const float scaled = (c < 2 ? scale_r0 : scale_r1) * acc[j * 4 + c];
+            out[j * 4 + c] = decltype(assign)::value ? scaled : out[j * 4 + c] + scaled;
+          }
         }
       }
     };
@@ -385,7 +386,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::wgmma_wait_group_at_most(count - 1 - d);
               release(pipe.stage);
               pipe.advance();
-              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count) promote(accum[d], sc, first.value, final_accum[0]);
+              if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count)
+                promote(accum[d], sc, first.value, final_accum[0], Constant<0>());
             }
           }
         };
@@ -393,13 +395,25 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         if constexpr (kNumKBlocks % kKDepth != 0) run_group(kNumKBlocks % kKDepth);
       } else {
         // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to
-        // compute is skipped (by both warpgroups alike, so the turns stay balanced).
+        // compute is skipped (by both warpgroups alike, so the turns stay balanced). The first K block sets the
+        // running accumulators (no zeroing pass per tile).
         const uint32_t num_waves = kNumWaves == 1 || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
-        for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+        // With a single K block (K <= 128), the running accumulators are zeroed and added to instead: set directly
+        // from the in-flight accumulator, ptxas may give them its registers and then waits for the wgmmas.
+        constexpr bool kAssignFirst = kNumKBlocks > 1;
+        auto k_block = [&](auto is_first, const uint32_t kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
 #pragma unroll
           for (uint32_t w = 0; w < kNumWaves; ++w) {
-            if (w >= num_waves) break;
+            if (w >= num_waves) {
+              // A skipped wave's running accumulators still get a value (ptxas would otherwise share their registers
+              // with the in-flight accumulator and wait for the wgmmas before the epilogue reads them).
+              if constexpr (decltype(is_first)::value && kAssignFirst) {
+#pragma unroll
+                for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
+              }
+              break;
+            }
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
             issue_batch(accum[0], pipe.stage, w);
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
@@ -409,10 +423,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
             if (w + 1 == num_waves) release(pipe.stage);
-            if (!FG_EXPERIMENT_NO_PROMOTE || kb + 1 == kNumKBlocks) promote(accum[0], sc, first.value, final_accum[w]);
+            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kNumKBlocks)
+              promote(accum[0], sc, first.value, final_accum[w], Constant<decltype(is_first)::value && kAssignFirst>());
           }
           pipe.advance();
-        }
+        };
+        k_block(Constant<1>(), 0);
+        for (uint32_t kb = 1; kb < kNumKBlocks; ++kb) k_block(Constant<0>(), kb);
       }
     };
 
@@ -421,10 +438,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       const uint32_t first_granules =
           kUniformScaleB ? kNumScaleGranules
                          : min_of((128 - tile.n_block * BLOCK_N % 128) / kScaleGranule, kNumScaleGranules);
+      if constexpr (kKDepth > 1 || kNumKBlocks == 1) {
 #pragma unroll
-      for (uint32_t w = 0; w < kNumWaves; ++w)
+        for (uint32_t w = 0; w < kNumWaves; ++w)
 #pragma unroll
-        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
+      }
       // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
       if constexpr (kNumScaleGranules <= kMaxScaleVariants) {
         with_constant<1, kNumScaleGranules>(first_granules, k_loop);
