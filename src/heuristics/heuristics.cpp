@@ -44,8 +44,9 @@ bool multicast_enabled() {
 }
 
 /// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4" (any subset): a developer knob for measurements.
-/// Candidates that differ in a named field are rejected; the other filters still apply, so a forced configuration
-/// is always one the kernel supports (or none is found and the call fails with the usual message).
+/// Candidates that differ in a named field are rejected; the other filters still apply (except the measured-speed
+/// ones on M and K for a forced bm=256, and on multicast for a forced cluster=2), so a forced configuration is always
+/// one the kernel supports (or none is found and the call fails with the usual message).
 struct ForcedConfig {
   int block_m = 0, block_n = 0, cluster = 0, stages = 0;
   char multicast = 0;  // 'a', 'b' or 0
@@ -182,10 +183,11 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "M fits 128 rows";
           } else if (block_m == 256 && block_n != 128) {
             cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
-          } else if (block_m == 256 && p.k < kBlockM256MinK) {
+          } else if (block_m == 256 && p.k < kBlockM256MinK && forced_config().block_m != 256) {
             cand.rejected = "BLOCK_M=256 needs K >= 2048: with fewer K blocks per tile its 3-stage refill and "
                             "256-row epilogue cost more than it saves";
-          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous) {
+          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
+                     forced_config().block_m != 256) {
             cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: the extra tiles of blocks "
                             "holding two experts cost more than the larger tiles save at shorter K";
           } else if (cluster == 2 && !multicast_enabled() && forced_config().cluster != 2) {

@@ -38,6 +38,16 @@ struct TileScheduler {
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
   static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
 
+  /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
+  /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
+  /// (rows clamped to M_sum; -1 past it). Their addresses follow from the block alone, so the loads are in flight
+  /// together: one global-memory round trip per candidate. (Loading the next candidate's entries during the current
+  /// tile measured 1-3% slower on an H100: ptxas moves them to uniform registers right after the loads and waits
+  /// there; docs/performance.md, session 6.)
+  struct Probe {
+    int32_t first = -1, first_last = -1, second = -1, second_last = -1;
+  };
+
   // Problem
   int32_t num_rows;                ///< M (normal), M_sum (contiguous), M_max (masked)
   int32_t num_groups;
@@ -103,6 +113,20 @@ struct TileScheduler {
     }
   }
 
+  FG_HOST_DEVICE Probe load_probe(int32_t row_base) const {
+    constexpr int32_t kHalf = kContiguousHalves ? BLOCK_M / 2 : BLOCK_M;
+    Probe p;
+    p.first = load_layout(row_base);
+    p.first_last = load_layout(min_of(row_base + kHalf, num_rows) - 1);
+    if constexpr (kContiguousHalves) {
+      if (row_base + kHalf < num_rows) {
+        p.second = load_layout(row_base + kHalf);
+        p.second_last = load_layout(min_of(row_base + BLOCK_M, num_rows) - 1);
+      }
+    }
+    return p;
+  }
+
   /// Advances to this CTA's next tile; false when there is none left.
   FG_HOST_DEVICE bool next(Tile& tile) {
     if constexpr (kKind == GemmKind::kGroupedMasked) {
@@ -120,17 +144,8 @@ struct TileScheduler {
         tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
         tile.group = 0;
         tile.check_rows = false;
-        if constexpr (kContiguousHalves) {
-          if (!contiguous_half_tile(tile, second_pass)) continue;
-        } else if constexpr (kKind == GemmKind::kGroupedContiguous) {
-          const int32_t expert = load_layout(tile.row_base);
-          if (expert < 0 || expert >= num_groups) {
-            if (expert < -1 || expert >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
-            continue;  // padding block: nothing to load or write
-          }
-          const int32_t last_row = min_of(tile.row_base + BLOCK_M, num_rows) - 1;
-          tile.group = expert;
-          tile.check_rows = load_layout(last_row) != expert;
+        if constexpr (kKind == GemmKind::kGroupedContiguous) {
+          if (!contiguous_tile(tile, load_probe(tile.row_base), second_pass)) continue;
         }
         return true;
       }
@@ -138,35 +153,40 @@ struct TileScheduler {
     }
   }
 
-  /// Contiguous layout with 256-row tiles over experts aligned to 128 rows: the 256-row block at tile.row_base has
-  /// halves h0 (rows 0-127) and h1 (128-255), each of one expert (or padding). The first pass computes h0's expert,
-  /// and h1 too when it is the same expert; the second pass computes h1 alone when its expert differs, as a tile
-  /// starting at row 128 of the block (its second wave, past the tile's 128 rows, is skipped). False: nothing to do.
-  FG_HOST_DEVICE bool contiguous_half_tile(Tile& tile, bool second_pass) {
-    constexpr int32_t kHalf = BLOCK_M / 2;
-    const int32_t h0 = load_layout(tile.row_base);
-    const int32_t h1 = tile.row_base + kHalf < num_rows ? load_layout(tile.row_base + kHalf) : -1;
+  /// Contiguous layout: fills group, rows and check_rows of the tile from its probe; false: nothing to compute.
+  /// 128-row tiles (and smaller) hold one expert from their first row on, or are padding. 256-row tiles over experts
+  /// aligned to 128 rows have halves h0 (rows 0-127) and h1 (128-255), each of one expert (or padding): the first pass
+  /// computes h0's expert, and h1 too when it is the same expert; the second pass computes h1 alone when its expert
+  /// differs, as a tile starting at row 128 of the block (its second wave, past the tile's 128 rows, is skipped).
+  FG_HOST_DEVICE bool contiguous_tile(Tile& tile, const Probe& p, bool second_pass) {
     const auto valid = [&](int32_t e) {
       if (e < -1 || e >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
       return e >= 0 && e < num_groups;
     };
-    if (!second_pass) {
-      if (!valid(h0)) return false;
-      const bool both = h1 == h0;
-      tile.group = h0;
-      tile.row_limit = both ? BLOCK_M : kHalf;
-      tile.compute_rows = min_of(tile.row_limit, num_rows - tile.row_base);
-      const int32_t last_row = tile.row_base + tile.compute_rows - 1;
-      tile.check_rows = load_layout(min_of(tile.row_base + kHalf, num_rows) - 1) != h0 || load_layout(last_row) != h0;
+    if constexpr (!kContiguousHalves) {
+      if (!valid(p.first)) return false;  // padding block: nothing to load or write
+      tile.group = p.first;
+      tile.check_rows = p.first_last != p.first;
+      return true;
+    } else {
+      constexpr int32_t kHalf = BLOCK_M / 2;
+      if (!second_pass) {
+        if (!valid(p.first)) return false;
+        const bool both = p.second == p.first;
+        tile.group = p.first;
+        tile.row_limit = both ? BLOCK_M : kHalf;
+        tile.compute_rows = min_of(tile.row_limit, num_rows - tile.row_base);
+        tile.check_rows = p.first_last != p.first || (both && p.second_last != p.first);
+        return true;
+      }
+      if (p.second == p.first || !valid(p.second)) return false;
+      tile.row_base += kHalf;
+      tile.group = p.second;
+      tile.row_limit = kHalf;
+      tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
+      tile.check_rows = p.second_last != p.second;
       return true;
     }
-    if (h1 == h0 || !valid(h1)) return false;
-    tile.row_base += kHalf;
-    tile.group = h1;
-    tile.row_limit = kHalf;
-    tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
-    tile.check_rows = load_layout(tile.row_base + tile.compute_rows - 1) != h1;
-    return true;
   }
 
   FG_HOST_DEVICE bool next_masked(Tile& tile) {
