@@ -254,8 +254,12 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
       if (rank(c) > rank(*best)) best = &c;
     }
   }
+  const char* forced = std::getenv("FINEGEMM_FORCE_CONFIG");
   check(best != nullptr, Error::Kind::kUnsupported, "heuristics", "no kernel configuration fits M=", p.m, " N=", p.n,
-        " K=", p.k);
+        " K=", p.k,
+        forced != nullptr ? std::string(" with FINEGEMM_FORCE_CONFIG=") + forced +
+                                " (which rejects every other candidate: unset it or name a configuration that fits this shape)"
+                          : std::string());
   return *best;
 }
 
