@@ -36,7 +36,7 @@ run_step() {  # name, timeout seconds, command...
 
 if [ "${FINEGEMM_SKIP_GPU_TESTS:-0}" != 1 ]; then
 run_step gpu-tests 300 "$BUILD/tests/finegemm_gpu_tests" --gtest_color=no
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[overhead\]|^\[padding\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[overhead\]|^\[padding\]|^\[flush\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
 fi
 
 if [ "${FINEGEMM_SKIP_CHECK:-0}" != 1 ]; then
@@ -55,6 +55,11 @@ fi
 if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
   run_step bench 240 "$BUILD/finegemm" bench ${FINEGEMM_BENCH_ARGS:-}
   sed -n '/^kind /,$p' "$OUT_DIR/bench.log" >> "$OUT_DIR/summary.txt"
+  # The same table after an L2 flush that leaves clean lines (the anchors were measured after a memset).
+  if [ "${FINEGEMM_SKIP_BENCH_READ_FLUSH:-0}" != 1 ]; then
+    run_step bench-read-flush 240 "$BUILD/finegemm" bench --flush read ${FINEGEMM_BENCH_ARGS:-}
+    sed -n '/^kind /,$p' "$OUT_DIR/bench-read-flush.log" >> "$OUT_DIR/summary.txt"
+  fi
 fi
 
 if [ "${FINEGEMM_SKIP_PYTHON:-0}" != 1 ]; then

@@ -72,6 +72,7 @@ int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
+      "          [--flush memset|read]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes)\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
       "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
@@ -127,12 +128,20 @@ int cmd_bench(const Args& args) {
   const bool sass_ab = args.has("sass-ab");
   cudaStream_t stream;
   FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  ft::L2Flusher flusher;
+  const std::string flush = args.get("flush", "memset");
+  if (flush != "memset" && flush != "read") {
+    std::fprintf(stderr, "finegemm bench: --flush is memset or read, got '%s'\n", flush.c_str());
+    return 2;
+  }
+  ft::L2Flusher flusher(256ull << 20, flush == "read" ? ft::FlushMode::kRead : ft::FlushMode::kMemset);
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 flushed\n",
-              fg::version(), prop.name, fg::get_num_sms(), copy_gbps, k_major ? "K-major" : "MN-major", iters);
+  std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 flushed (%s)\n",
+              fg::version(), prop.name, fg::get_num_sms(), copy_gbps, k_major ? "K-major" : "MN-major", iters,
+              flush == "read"
+                  ? "read: a 256 MiB read leaves clean lines; the anchors were measured after a memset"
+                  : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
   // The anchors are kernel times from the torch profiler (CUPTI records): compare like with like when CUPTI loads.
   std::string no_cupti_why;
   const bool kernel_time = ft::kernel_timer_available(&no_cupti_why);

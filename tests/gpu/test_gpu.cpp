@@ -305,6 +305,22 @@ TEST_F(Gpu, ContiguousPaddingCostsNearlyNothing) {
   EXPECT_LE(t_wide, 1.3 * t_tight);
 }
 
+// The bench's two L2 flushes: after a memset the L2 is full of dirty lines, and a memory-bound call pays for writing
+// them back; after a read (--flush read) it holds clean lines. Both must leave the timer's kernel attribution intact.
+TEST_F(Gpu, ReadFlushLeavesNoWritebackForTheTimedCall) {
+  ft::GemmProblem p(shape(GemmKind::kNormal, 1, 64, 7168, 2048), ft::ProblemOptions{});
+  const ft::Verdict v = run_and_check(p, false);
+  EXPECT_TRUE(v.ok) << v.summary;
+  ft::L2Flusher memset_flush;
+  ft::L2Flusher read_flush(256ull << 20, ft::FlushMode::kRead);
+  const auto time = [&](ft::L2Flusher& f) {
+    return ft::time_kernel([&](cudaStream_t s) { p.run(false, s); }, stream_, 30, 3, true, &f).median_us;
+  };
+  const double t_memset = time(memset_flush), t_read = time(read_flush);
+  std::printf("[flush] 64x7168x2048 after a 256 MiB memset: %.1f us; after a 256 MiB read: %.1f us\n", t_memset, t_read);
+  EXPECT_LT(t_read, t_memset);
+}
+
 TEST_F(Gpu, DeviceSideBadDataIsSkippedAndFlagged) {
   fg::reset_device_error_flags();
   {

@@ -20,18 +20,31 @@
 
 namespace finegemm::tools {
 
-/// Evicts the L2 by writing a large buffer (cudaMemsetAsync) on the given stream. The buffer is allocated once,
-/// in the constructor; the default (256 MiB) is 5x the 50 MB L2 of an H100. Move-only.
+/// How L2Flusher evicts the L2.
+enum class FlushMode {
+  /// Writes the buffer (cudaMemsetAsync), as the anchors' measurements did: the L2 is then full of dirty lines, which
+  /// the timed kernel writes back to memory as its own reads evict them.
+  kMemset,
+  /// Reads it (a one-row finegemm GEMM over a 16384 x 16384 fp8 weight): the L2 then holds clean lines only.
+  kRead,
+};
+
+/// Evicts the L2 before a timed call, on the given stream, by writing or reading a large buffer. The buffer is
+/// allocated once, in the constructor; the default (256 MiB) is 5x the 50 MB L2 of an H100. Move-only.
 class L2Flusher {
  public:
-  /// Throws std::invalid_argument if bytes == 0, std::runtime_error if the allocation fails.
-  explicit L2Flusher(size_t bytes = 256ull << 20);
+  /// Throws std::invalid_argument if bytes == 0, std::runtime_error if the allocation fails. kRead always reads
+  /// 256 MiB and compiles its GEMM here.
+  explicit L2Flusher(size_t bytes = 256ull << 20, FlushMode mode = FlushMode::kMemset);
   /// Enqueues the flush on `s` (asynchronous). Throws std::runtime_error on a CUDA error.
   void flush(cudaStream_t s);
   size_t bytes() const { return buf_.size(); }
+  FlushMode mode() const { return mode_; }
 
  private:
+  FlushMode mode_;
   DeviceBuffer buf_;
+  DeviceBuffer row_, row_scales_, weight_scales_, out_;  // kRead: the GEMM's other operands (zeros)
   int value_ = 0;  // alternates between two byte values
 };
 
