@@ -293,6 +293,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     //   passed right after each issue), so the tensor pipe runs one warpgroup's batch while the other promotes.
     constexpr uint32_t kKDepth = FG_EXPERIMENT_SINGLE_BUFFER ? 1 : gemm_k_depth(BLOCK_M, BLOCK_N);
     constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1 && !FG_EXPERIMENT_NO_PINGPONG;
+    // With one accumulator (kKDepth == 1), a tile's first K block sets the running accumulators instead of a zeroing
+    // pass before it. Not with a single K block (K <= 128): set directly from the in-flight accumulator, ptxas may
+    // give them its registers and then waits for the wgmmas.
+    constexpr bool kAssignFirst = kKDepth == 1 && kNumKBlocks > 1;
     const uint32_t my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
     const uint32_t other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
     // Warpgroup 0 goes first: warpgroup 1 hands it the first turn.
@@ -395,12 +399,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         if constexpr (kNumKBlocks % kKDepth != 0) run_group(kNumKBlocks % kKDepth);
       } else {
         // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to
-        // compute is skipped (by both warpgroups alike, so the turns stay balanced). The first K block sets the
-        // running accumulators (no zeroing pass per tile).
+        // compute is skipped (by both warpgroups alike, so the turns stay balanced).
         const uint32_t num_waves = kNumWaves == 1 || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
-        // With a single K block (K <= 128), the running accumulators are zeroed and added to instead: set directly
-        // from the in-flight accumulator, ptxas may give them its registers and then waits for the wgmmas.
-        constexpr bool kAssignFirst = kNumKBlocks > 1;
         auto k_block = [&](auto is_first, const uint32_t kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
 #pragma unroll
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       const uint32_t first_granules =
           kUniformScaleB ? kNumScaleGranules
                          : min_of((128 - tile.n_block * BLOCK_N % 128) / kScaleGranule, kNumScaleGranules);
-      if constexpr (kKDepth > 1 || kNumKBlocks == 1) {
+      if constexpr (!kAssignFirst) {
 #pragma unroll
         for (uint32_t w = 0; w < kNumWaves; ++w)
 #pragma unroll
