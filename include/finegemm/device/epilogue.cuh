@@ -36,8 +36,9 @@ struct EpilogueTile {
 
   /// offset(row, i * 16 + col0) from offset(row, col0), col0 in {0, 8}: the swizzle XORs the 16-byte chunk index
   /// inside a slab row, and chunk (2i + col0 / 8) mod kSlabCols / 8 differs from chunk col0 / 8 by XOR (2i mod
-  /// kSlabCols / 8), so each stmatrix address costs one XOR with a constant and an immediate offset (no register
-  /// per address live across the main loop; the epilogue runs inside it). Also valid for a 1024-aligned base added.
+  /// kSlabCols / 8), so each stmatrix address is one XOR with a constant plus an immediate offset from one per-lane
+  /// base instead of the full swizzle arithmetic (ptxas may still keep the results in registers across the tile
+  /// loop where it has them to spare). Also valid with a 1024-aligned base added.
   static FG_HOST_DEVICE uint32_t chunk_offset(uint32_t offset_col0, uint32_t i) {
     return (offset_col0 ^ (((2 * i) % (kSlabCols / 8)) << 4)) + (i * 16 / kSlabCols) * kSlabBytes;
   }
