@@ -119,8 +119,9 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   plan->function = rt.function(*binary);
 
   device::GemmArgs& args = plan->args;
-  const uint32_t a_split = (cfg.cluster_size == 2 && cfg.multicast_on_a) ? 2 : 1;
-  const uint32_t b_split = (cfg.cluster_size == 2 && !cfg.multicast_on_a) ? 2 : 1;
+  const bool multicast = cfg.cluster_size == 2 && cfg.split_k == 1;
+  const uint32_t a_split = (multicast && cfg.multicast_on_a) ? 2 : 1;
+  const uint32_t b_split = (multicast && !cfg.multicast_on_a) ? 2 : 1;
   const int64_t kb = (c.k + 127) / 128;
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
             uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, uint32_t(cfg.block_m) / a_split,

@@ -32,6 +32,13 @@ constexpr int64_t kBlockM256MinK = 2048;
 // BLOCK_M=128 BN=192: K=7168 1284 vs 1217 TFLOPS (G=4) and 1198 vs 1196 (G=8), K=2048 1196 vs 1228 (G=4) and 1151
 // vs 1195 (G=8).
 constexpr int64_t kBlockM256MinKContiguous = 4096;
+// Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
+// split tiles won where the unsplit ones were 16 columns wide (64x2112x7168 12.2 vs 13.3, 1x2112x7168 16.7 vs
+// 18.8, 129x576x7168 11.2 vs 12.8) and lost with 64-column or 128-row ones (64x4096x7168 BN=64 19.0 vs 16.9,
+// 128x4096x7168 21.2 vs 19.0, 100x2112x7168 BM=128 14.8 vs 14.5). Its fixed cost (a clustered launch, the
+// partial-sum exchange) is charged as:
+constexpr double kSplitKOverheadUs = 1.0;
+constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -48,7 +55,7 @@ bool multicast_enabled() {
 /// ones on M and K for a forced bm=256, and on multicast for a forced cluster=2), so a forced configuration is always
 /// one the kernel supports (or none is found and the call fails with the usual message).
 struct ForcedConfig {
-  int block_m = 0, block_n = 0, cluster = 0, stages = 0;
+  int block_m = 0, block_n = 0, cluster = 0, stages = 0, split = 0;
   char multicast = 0;  // 'a', 'b' or 0
 };
 
@@ -62,15 +69,16 @@ const ForcedConfig& forced_config() {
       const size_t eq = field.find('=');
       const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
       check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages), got '", field, "'");
+                "fields are name=value (bm, bn, cluster, mc, stages, split), got '", field, "'");
       if (name == "mc") {
         check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
         f.multicast = value[0];
         continue;
       }
       int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
-                  : name == "stages" ? &f.stages : nullptr;
-      check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name, "' (bm, bn, cluster, mc, stages)");
+                  : name == "stages" ? &f.stages : name == "split" ? &f.split : nullptr;
+      check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
+                "' (bm, bn, cluster, mc, stages, split)");
       *target = std::atoi(value.c_str());
     }
     return f;
@@ -81,8 +89,8 @@ const ForcedConfig& forced_config() {
 bool matches_forced(const KernelConfig& c) {
   const ForcedConfig& f = forced_config();
   return (f.block_m == 0 || f.block_m == c.block_m) && (f.block_n == 0 || f.block_n == c.block_n) &&
-         (f.cluster == 0 || f.cluster == c.cluster_size) &&
-         (f.multicast == 0 || c.cluster_size == 1 || (f.multicast == 'a') == c.multicast_on_a);
+         (f.cluster == 0 || f.cluster == c.cluster_size) && (f.split == 0 || f.split == c.split_k) &&
+         (f.multicast == 0 || (c.cluster_size == 2 && c.split_k == 1 && (f.multicast == 'a') == c.multicast_on_a));
 }
 
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
@@ -99,7 +107,8 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int64_t n_blocks = ceil_div(p.n, c.block_n);
   const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
   c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
-  c.num_waves = ceil_div(c.num_tiles, c.grid);
+  // Split-K: a tile takes both CTAs of a cluster, each over half of K.
+  c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid / c.split_k));
   // Cycles per 128-wide K block. A warpgroup's batch of four m64nNk32 wgmmas keeps the tensor pipe busy 2N cycles
   // (N rounded up to 32: BN=112 measured 14% slower than BN=128 at equal waves on an H100). Between the end of its
   // batch and the issue of its next one a warpgroup promotes and re-issues, about kMathCriticalCycles. With two
@@ -113,9 +122,11 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double k_block_cycles = c.block_m == 64    ? batch_cycles + kMathCriticalCycles
                                 : c.block_m == 128 ? turns_cycles
                                                    : 2.0 * turns_cycles * kBlockM256CycleFactor;
-  const double tile_compute_s = double(ceil_div(p.k, 128)) * k_block_cycles / hw.sm_clock_hz;
-  double tile_l2_bytes = double(c.block_m + c.block_n) * double(p.k);
-  if (c.cluster_size == 2) tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
+  const double cta_k = double(p.k) / double(c.split_k);
+  const double tile_compute_s = double(ceil_div(p.k, 128)) / double(c.split_k) * k_block_cycles / hw.sm_clock_hz;
+  double tile_l2_bytes = double(c.block_m + c.block_n) * cta_k;
+  if (c.cluster_size == 2 && c.split_k == 1)
+    tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
   // Loading the tile's operands into the SM is counted in full next to the compute: with few K blocks per stage
   // ring the two overlap poorly (measured: BM=128 BN=16 at 128x4096x7168 ran 1.4x slower than BN=32 on an H100).
   // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
@@ -126,7 +137,8 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
   const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
                             2.0 * double(rows_for_tiles(p) * groups) * double(p.n);
-  c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s);
+  c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s) +
+                   (c.split_k > 1 ? kSplitKOverheadUs : 0.0);
 }
 
 }  // namespace
@@ -134,7 +146,7 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
 std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
-  if (cluster_size > 1) os << (multicast_on_a ? "(A)" : "(B)");
+  if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
   os << " sa=" << (sa_k_major ? "k-major" : "mn-major") << " grid=" << grid << " smem=" << smem_bytes
      << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
@@ -144,7 +156,7 @@ std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
      << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
-     << (sa_k_major ? "true" : "false") << ">";
+     << (sa_k_major ? "true" : "false") << ", " << split_k << "u>";
   return os.str();
 }
 
@@ -154,8 +166,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   for (int block_m : {64, 128, 256}) {
     for (int block_n = kBlockNStep; block_n <= 256; block_n += kBlockNStep) {
       for (int cluster : {1, 2}) {
-        for (bool on_a : {true, false}) {
-          if (cluster == 1 && !on_a) continue;  // one unclustered variant
+        for (int variant : {0, 1, 2}) {  // cluster 2: multicast on A, on B, or split-K
+          if (cluster == 1 && variant != 0) continue;  // one unclustered variant
+          const bool on_a = variant == 0;
+          const int split = cluster == 2 && variant == 2 ? 2 : 1;
           Candidate cand;
           KernelConfig& c = cand.config;
           c.kind = p.kind;
@@ -165,6 +179,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           c.block_n = block_n;
           c.cluster_size = cluster;
           c.multicast_on_a = on_a;
+          c.split_k = split;
           c.sa_k_major = p.sa_k_major;
           c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
           c.grid = std::max(1, num_sms - (cluster == 2 ? num_sms % 2 : 0));
@@ -190,18 +205,28 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                      forced_config().block_m != 256) {
             cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: the extra tiles of blocks "
                             "holding two experts cost more than the larger tiles save at shorter K";
-          } else if (cluster == 2 && !multicast_enabled() && forced_config().cluster != 2) {
+          } else if (split == 2 && p.kind != GemmKind::kNormal) {
+            cand.rejected = "split-K is for dense GEMMs";
+          } else if (split == 2 && ceil_div(p.k, 128) % 2 != 0) {
+            cand.rejected = "split-K halves the K blocks: needs an even number of them";
+          } else if (split == 2 && (block_m != 64 || block_n > 32 || p.k < kSplitKMinK)) {
+            cand.rejected = "split-K measured faster only with 64-row tiles up to 32 columns wide, at K=7168 "
+                            "(docs/performance.md, session 6)";
+          } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
+            cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
+          } else if (cluster == 2 && split == 1 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {
             cand.rejected = "a cluster of 2 needs 2 SMs";
-          } else if (cluster == 2 && rows * (p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1) < kMulticastMinRows &&
+          } else if (cluster == 2 && split == 1 &&
+                     rows * (p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1) < kMulticastMinRows &&
                      forced_config().cluster != 2) {
             cand.rejected = "multicast pays only with many rows (>= 512)";
-          } else if (cluster == 2 && on_a && n_blocks % 2 != 0) {
+          } else if (cluster == 2 && split == 1 && on_a && n_blocks % 2 != 0) {
             cand.rejected = "multicast on A pairs adjacent n-blocks: needs an even number of n-blocks";
-          } else if (cluster == 2 && !on_a && p.kind != GemmKind::kNormal) {
+          } else if (cluster == 2 && split == 1 && !on_a && p.kind != GemmKind::kNormal) {
             cand.rejected = "multicast on B pairs m-blocks, which may belong to different experts";
-          } else if (cluster == 2 && !on_a && m_blocks % 2 != 0) {
+          } else if (cluster == 2 && split == 1 && !on_a && m_blocks % 2 != 0) {
             cand.rejected = "multicast on B pairs adjacent m-blocks: needs an even number of m-blocks";
           } else if (!matches_forced(c)) {
             cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
@@ -210,18 +235,18 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             int stages = kMaxStages;
             while (stages >= kMinStages &&
                    int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                      uint32_t(p.k))) > hw.smem_per_block)
+                                                      uint32_t(p.k), uint32_t(split))) > hw.smem_per_block)
               --stages;
             const int64_t k_blocks = ceil_div(p.k, 128);
             // More stages than K blocks of two tiles buy nothing.
-            stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks)));
+            stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks / split)));
             if (forced_config().stages >= kMinStages) stages = std::min(stages, forced_config().stages);
             if (stages < kMinStages) {
               cand.rejected = "fewer than 3 pipeline stages fit in shared memory";
             } else {
               c.num_stages = stages;
               c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                                uint32_t(p.k)));
+                                                                uint32_t(p.k), uint32_t(split)));
               score(c, p, hw);
             }
           }
@@ -249,7 +274,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
       best = &c;
     } else if (std::abs(c.estimated_us - best->estimated_us) <= tolerance) {
       const auto rank = [](const KernelConfig& x) {
-        return std::make_tuple(-x.num_waves, x.block_m, x.cluster_size, x.multicast_on_a ? 1 : 0, -x.block_n);
+        return std::make_tuple(-x.num_waves, x.block_m, -x.split_k, x.cluster_size, x.multicast_on_a ? 1 : 0, -x.block_n);
       };
       if (rank(c) > rank(*best)) best = &c;
     }

@@ -23,7 +23,8 @@ struct KernelConfig {
   int64_t n = 0, k = 0;
   int block_m = 0, block_n = 0, num_stages = 0;
   int cluster_size = 1;
-  bool multicast_on_a = true;  ///< which operand the 2-CTA cluster shares (meaningful when cluster_size == 2)
+  bool multicast_on_a = true;  ///< which operand the 2-CTA cluster shares (cluster_size == 2, split_k == 1)
+  int split_k = 1;             ///< 2: the two CTAs of a cluster each take half of K (cluster_size == 2, no multicast)
   bool sa_k_major = false;
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;

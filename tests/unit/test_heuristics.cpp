@@ -26,7 +26,8 @@ TEST(Heuristics, DeterministicAndWithinLimits) {
         const auto b = fh::select_config(dense(m, n, k), 132);
         EXPECT_EQ(a.describe(), b.describe());
         EXPECT_LE(a.smem_bytes, 232448);
-        EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k)));
+        EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k),
+                                                                               uint32_t(a.split_k)));
         EXPECT_GE(a.num_stages, 3);
         EXPECT_EQ(a.block_n % 16, 0);
         EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : a.block_m == 128 ? 192 : 128);
@@ -45,10 +46,23 @@ TEST(Heuristics, EveryRejectionHasAReason) {
 }
 
 TEST(Heuristics, SmallMUsesOneWarpgroupAndFillsTheMachine) {
+  // 64x2112x7168: 66 tiles of 64x32, each split over K between the two CTAs of a cluster: 132 CTAs streaming B
+  // (measured faster than 132 unsplit 64x16 tiles on an H100, docs/performance.md session 6).
   const auto c = fh::select_config(dense(64, 2112, 7168), 132);
   EXPECT_EQ(c.block_m, 64);
-  EXPECT_EQ(c.cluster_size, 1);
-  EXPECT_GE(c.num_tiles, 100);  // enough tiles to keep most SMs streaming B
+  EXPECT_EQ(c.split_k, 2);
+  EXPECT_EQ(c.cluster_size, 2);
+  EXPECT_GE(c.num_tiles * c.split_k, 100);  // enough CTAs to keep most SMs streaming B
+  EXPECT_NE(c.describe().find("split-K"), std::string::npos) << c.describe();
+  EXPECT_NE(c.kernel_function().find(", 2u>"), std::string::npos) << c.kernel_function();
+  // With 64-column tiles split-K lost: 64x4096x7168 stays unsplit, one tile per SM.
+  const auto d = fh::select_config(dense(64, 4096, 7168), 132);
+  EXPECT_EQ(d.split_k, 1);
+  EXPECT_EQ(d.cluster_size, 1);
+  EXPECT_GE(d.num_tiles, 100);
+  // Nor below the K it was measured at, nor with enough tiles to fill the machine.
+  EXPECT_EQ(fh::select_config(dense(64, 2112, 2048), 132).split_k, 1);
+  EXPECT_EQ(fh::select_config(dense(4096, 2112, 7168), 132).split_k, 1);
 }
 
 TEST(Heuristics, LargeMUsesBigTiles) {
@@ -94,4 +108,6 @@ TEST(Heuristics, MaskedAndContiguousPickLegalConfigs) {
   p.m = 8192 * 4;
   const auto contiguous = fh::select_config(p, 132);
   EXPECT_TRUE(contiguous.cluster_size == 1 || contiguous.multicast_on_a);
+  EXPECT_EQ(masked.split_k, 1);
+  EXPECT_EQ(contiguous.split_k, 1);
 }

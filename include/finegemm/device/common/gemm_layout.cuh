@@ -18,7 +18,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_num_threads(uint32_t block_m) {
 }
 
 /// Shared-memory layout of one kernel instance (byte offsets from a 1024-aligned base).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K, uint32_t kSplitK = 1>
 struct GemmSmemLayout {
   static constexpr uint32_t kNumKBlocks = ceil_div(K, kBlockK);
   static constexpr uint32_t kNumMathWarpgroups = gemm_num_math_warpgroups(BLOCK_M);
@@ -36,20 +36,26 @@ struct GemmSmemLayout {
   static constexpr uint32_t kOffsetSa = kOffsetB + kNumStages * kBBytesPerStage;
   static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage;
   static constexpr uint32_t kOffsetBarriers = kOffsetSb + align_up(kNumStages * kSbBytesPerStage, 16u);
-  static constexpr uint32_t kBarrierBytes = 2 * kNumStages * 8;                           // full + empty
-  static constexpr uint32_t kTotalBytes = kOffsetBarriers + kBarrierBytes;
+  // full + empty per stage; split-K: the partial-sum exchange's full + empty
+  static constexpr uint32_t kBarrierBytes = (2 * kNumStages + (kSplitK > 1 ? 2 : 0)) * 8;
+  // Split-K: the (BLOCK_M, BLOCK_N) fp32 partial sums the second CTA of the cluster sends the first
+  static constexpr uint32_t kOffsetExchange = align_up(kOffsetBarriers + kBarrierBytes, 16u);
+  static constexpr uint32_t kExchangeBytes = kSplitK > 1 ? BLOCK_M * BLOCK_N * 4u : 0u;
+  static constexpr uint32_t kTotalBytes = kOffsetExchange + kExchangeBytes;
   static constexpr uint32_t kAlignmentSlack = 1024;  // the dynamic shared base is aligned up to 1024 in the kernel
   static constexpr uint32_t kLaunchBytes = kTotalBytes + kAlignmentSlack;
 };
 
 /// Run-time twin of GemmSmemLayout<...>::kLaunchBytes for the host heuristic.
 FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages,
-                                                         uint32_t k) {
+                                                         uint32_t k, uint32_t split_k = 1) {
   (void)k;
   const uint32_t d_bytes = align_up(block_m * block_n * 2u, 1024u);
   const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK + align_up(block_m * 4u, 128u);
   const uint32_t sb_bytes = align_up(num_stages * 8u, 16u);
-  return d_bytes + num_stages * stage_bytes + sb_bytes + 2 * num_stages * 8 + 1024;
+  const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0)) * 8;
+  const uint32_t exchange_bytes = split_k > 1 ? block_m * block_n * 4u : 0u;
+  return align_up(d_bytes + num_stages * stage_bytes + sb_bytes + barrier_bytes, 16u) + exchange_bytes + 1024;
 }
 
 /// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it.

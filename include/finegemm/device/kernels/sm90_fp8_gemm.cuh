@@ -6,7 +6,9 @@
 // BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32 result into a
 // second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). The
 // epilogue converts to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that
-// overlap the next tile's main loop.
+// overlap the next tile's main loop. A 2-CTA cluster either shares one operand by TMA multicast or, for small-M
+// shapes with few narrow tiles, splits K: each CTA computes the tile over half of K, and the second adds its fp32
+// partial sums into the first's through distributed shared memory (a fixed order, so results are deterministic).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -95,7 +97,7 @@ struct PipelineState {
 };
 
 template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor>
+          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor, uint32_t kSplitK = 1>
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
@@ -107,15 +109,23 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
   static_assert(kClusterSize == 1 || !kMulticastOnA || BLOCK_M % (8 * kClusterSize) == 0, "A multicast split");
   static_assert(kClusterSize == 1 || kMulticastOnA || BLOCK_N % (8 * kClusterSize) == 0, "B multicast split");
-  static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K>::kLaunchBytes ==
-                    gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K),
+  static_assert(kSplitK == 1 || (kSplitK == 2 && kClusterSize == 2 && kKind == int(GemmKind::kNormal)),
+                "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
+  static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
+  static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK>::kLaunchBytes ==
+                    gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK),
                 "host and device agree on the shared-memory footprint");
 
   // ---- Types and constants ----------------------------------------------------------------------
-  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K>;
+  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK>;
   using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N>;
   constexpr GemmKind kGemmKind = static_cast<GemmKind>(kKind);
   constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
+  // Split-K (kSplitK == 2): both CTAs of a cluster compute the same tile, each over half of the K blocks; the second
+  // sends its fp32 partial sums to the first through distributed shared memory, and the first stores the tile.
+  // Otherwise a 2-CTA cluster shares one operand by TMA multicast.
+  constexpr uint32_t kKBlocksPerCta = kNumKBlocks / kSplitK;
+  constexpr bool kMulticast = kClusterSize == 2 && kSplitK == 1;
   constexpr uint32_t kNumNBlocks = ceil_div(N, BLOCK_N);
   constexpr uint32_t kNumSbBlocks = ceil_div(N, 128u);
   constexpr uint32_t kNumMathWarpgroups = Layout::kNumMathWarpgroups;
@@ -128,8 +138,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kLowestBit = BLOCK_N & (~BLOCK_N + 1);
   constexpr uint32_t kScaleGranule = kUniformScaleB ? BLOCK_N : kLowestBit < 128 ? kLowestBit : 128;
   constexpr uint32_t kNumScaleGranules = BLOCK_N / kScaleGranule;
-  constexpr uint32_t kASplit = (kClusterSize == 2 && kMulticastOnA) ? 2 : 1;
-  constexpr uint32_t kBSplit = (kClusterSize == 2 && !kMulticastOnA) ? 2 : 1;
+  constexpr uint32_t kASplit = (kMulticast && kMulticastOnA) ? 2 : 1;
+  constexpr uint32_t kBSplit = (kMulticast && !kMulticastOnA) ? 2 : 1;
   constexpr uint32_t kStageBytes =
       Layout::kABytesPerStage + Layout::kBBytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
   constexpr uint32_t kFullArrivals = 1 + 32;  // the TMA thread (with its bytes) and the scale warp's lanes
@@ -138,8 +148,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // SB is read by lane 0 of each math warp and shuffled; K-major SA is read by every math thread; MN-major SA, A and
   // B are read by the async proxy (wgmma) and written by TMA. The peer CTA of a cluster gets one arrive per warp.
   constexpr uint32_t kLocalReleaseArrivals = kSaKMajor ? kNumMathThreads : kNumMathWarps;
-  constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kClusterSize - 1) * kNumMathWarps;
-  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kClusterSize, kMulticastOnA>;
+  constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
+  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA>;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -151,6 +161,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   float* smem_sb = reinterpret_cast<float*>(smem + Layout::kOffsetSb);       // (kNumStages, 2) fp32
   uint64_t* full_barriers = reinterpret_cast<uint64_t*>(smem + Layout::kOffsetBarriers);  // (kNumStages)
   uint64_t* empty_barriers = full_barriers + kNumStages;                                  // (kNumStages)
+  uint64_t* exchange_full = empty_barriers + kNumStages;   // split-K: partial sums arrived (used in CTA 0)
+  uint64_t* exchange_empty = exchange_full + 1;            // split-K: CTA 0 consumed them (used in CTA 1)
+  float* smem_exchange = reinterpret_cast<float*>(smem + Layout::kOffsetExchange);  // split-K: (BLOCK_M, BLOCK_N) fp32
   constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
 
   const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
@@ -167,6 +180,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       ptx::mbarrier_init(&full_barriers[s], kFullArrivals);
       ptx::mbarrier_init(&empty_barriers[s], kEmptyArrivals);
     }
+    if constexpr (kSplitK > 1) {
+      ptx::mbarrier_init(exchange_full, kNumMathThreads);
+      ptx::mbarrier_init(exchange_empty, kNumMathThreads);
+    }
     ptx::fence_mbarrier_init();
   }
   if constexpr (kClusterSize > 1) {
@@ -176,7 +193,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     __syncthreads();
   }
 
-  Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x, gridDim.x);
+  // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
+  Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK, gridDim.x / kSplitK);
+  const uint32_t kb_begin = kSplitK > 1 ? cta_rank * kKBlocksPerCta : 0;
   Tile tile;
 
   // ---- Register reconfiguration, then producer / math --------------------------------------------------
@@ -193,7 +212,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                         ? tile.row_base - tile.group * args.num_rows
                                         : tile.row_base;
         const int32_t sa_kb_base = (kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(kNumKBlocks) : 0;
-        for (uint32_t kb = 0; kb < kNumKBlocks; ++kb) {
+        for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           uint64_t* full = &full_barriers[pipe.stage];
           if constexpr (FG_EXPERIMENT_NO_LOADS) {
@@ -236,13 +255,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const uint32_t sb_block = n_start / 128;
         const bool has_second = !kUniformScaleB && sb_block + 1 < kNumSbBlocks && n_start % 128 + BLOCK_N > 128;
         const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
-        for (uint32_t kb_base = 0; kb_base < kNumKBlocks; kb_base += 32) {
+        for (uint32_t kb_base = kb_begin; kb_base < kb_begin + kKBlocksPerCta; kb_base += 32) {
           // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
           const uint32_t my_kb = kb_base + lane_idx;
-          const float sb_first = my_kb < kNumKBlocks ? ptx::ld_global_nc_f32(sb_src + my_kb) : 0.0f;
-          const float sb_second =
-              has_second && my_kb < kNumKBlocks ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
-          const uint32_t num_kb = min_of(32u, kNumKBlocks - kb_base);
+          const bool mine = my_kb < kb_begin + kKBlocksPerCta;
+          const float sb_first = mine ? ptx::ld_global_nc_f32(sb_src + my_kb) : 0.0f;
+          const float sb_second = has_second && mine ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
+          const uint32_t num_kb = min_of(32u, kb_begin + kKBlocksPerCta - kb_base);
           for (uint32_t i = 0; i < num_kb; ++i) {
             const float s0 = __shfl_sync(0xffffffff, sb_first, i);
             const float s1 = __shfl_sync(0xffffffff, sb_second, i);
@@ -296,7 +315,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // With one accumulator (kKDepth == 1), a tile's first K block sets the running accumulators instead of a zeroing
     // pass before it. Not with a single K block (K <= 128): set directly from the in-flight accumulator, ptxas may
     // give them its registers and then waits for the wgmmas.
-    constexpr bool kAssignFirst = kKDepth == 1 && kNumKBlocks > 1;
+    constexpr bool kAssignFirst = kKDepth == 1 && kKBlocksPerCta > 1;
     const uint32_t my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
     const uint32_t other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
     // Warpgroup 0 goes first: warpgroup 1 hands it the first turn.
@@ -306,6 +325,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 
     float accum[kKDepth][BLOCK_N / 2];
     float final_accum[kNumWaves][BLOCK_N / 2];
+    uint32_t exchange_phase = 0;  // split-K: parity of the partial-sum exchange's current phase
     struct Scales {
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
@@ -337,7 +357,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // Once the stage's wgmmas completed and its scales were read (kEmptyArrivals says who arrives).
     auto release = [&](uint32_t stage) {
       if (kSaKMajor || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[stage]);
-      if constexpr (kClusterSize > 1) {
+      if constexpr (kMulticast) {
         __syncwarp();
         if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[stage], cta_rank ^ 1);
       }
@@ -395,8 +415,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             }
           }
         };
-        for (uint32_t group = 0; group < kNumKBlocks / kKDepth; ++group) run_group(kKDepth);
-        if constexpr (kNumKBlocks % kKDepth != 0) run_group(kNumKBlocks % kKDepth);
+        for (uint32_t group = 0; group < kKBlocksPerCta / kKDepth; ++group) run_group(kKDepth);
+        if constexpr (kKBlocksPerCta % kKDepth != 0) run_group(kKBlocksPerCta % kKDepth);
       } else {
         // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to
         // compute is skipped (by both warpgroups alike, so the turns stay balanced).
@@ -423,13 +443,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
             if (w + 1 == num_waves) release(pipe.stage);
-            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kNumKBlocks)
+            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kKBlocksPerCta)
               promote(accum[0], sc, first.value, final_accum[w], Constant<decltype(is_first)::value && kAssignFirst>());
           }
           pipe.advance();
         };
         k_block(Constant<1>(), 0);
-        for (uint32_t kb = 1; kb < kNumKBlocks; ++kb) k_block(Constant<0>(), kb);
+        for (uint32_t kb = 1; kb < kKBlocksPerCta; ++kb) k_block(Constant<0>(), kb);
       }
     };
 
@@ -449,6 +469,38 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         with_constant<1, kNumScaleGranules>(first_granules, k_loop);
       } else {
         k_loop(RuntimeValue{first_granules});
+      }
+
+      if constexpr (kSplitK > 1) {
+        // ---- Split-K: CTA 1 sends its partial sums into CTA 0's shared memory; CTA 0 adds them (its own first, so
+        // the result is deterministic) and stores the tile. Element c * 4 + e of a thread's sums sits in float4
+        // chunk c of the exchange buffer, threads side by side (consecutive threads write consecutive 16 bytes).
+        constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
+        float* my_chunks = smem_exchange + threadIdx.x * 4;
+        if (cta_rank == 1) {
+          ptx::mbarrier_wait_cluster_acquire(exchange_empty, exchange_phase ^ 1);  // CTA 0 read the previous tile's
+          const uint32_t remote = ptx::mapa_shared(my_chunks, 0);
+#pragma unroll
+          for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
+            const float* v = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+            ptx::st_shared_cluster_v4_f32(remote + c * kNumMathThreads * 16, v[0], v[1], v[2], v[3]);
+          }
+          ptx::mbarrier_arrive_cluster_release(exchange_full, 0);
+          exchange_phase ^= 1;
+          continue;
+        }
+        ptx::mbarrier_wait_cluster_acquire(exchange_full, exchange_phase);
+#pragma unroll
+        for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
+          const float4 v = ptx::ld_shared_v4_f32(my_chunks + c * kNumMathThreads * 4);
+          float* acc = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+          acc[0] += v.x;
+          acc[1] += v.y;
+          acc[2] += v.z;
+          acc[3] += v.w;
+        }
+        ptx::mbarrier_arrive_cluster_release(exchange_empty, 1);
+        exchange_phase ^= 1;
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------

@@ -14,6 +14,25 @@ FG_DEVICE uint32_t opaque(uint32_t v) {
   return r;
 }
 
+/// Address of `ptr`'s shared-memory location in CTA `cta_rank` of this cluster (distributed shared memory).
+FG_DEVICE uint32_t mapa_shared(const void* ptr, uint32_t cta_rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(ptr)), "r"(cta_rank));
+  return remote;
+}
+
+FG_DEVICE void st_shared_cluster_v4_f32(uint32_t remote_addr, float a, float b, float c, float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(remote_addr), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+
+FG_DEVICE float4 ld_shared_v4_f32(const float* ptr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(smem_addr(ptr)));
+  return v;
+}
+
 FG_DEVICE float ld_shared_f32(const float* ptr) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(ptr)));
