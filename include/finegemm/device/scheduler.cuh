@@ -42,7 +42,7 @@ struct TileScheduler {
   /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
   /// (rows clamped to M_sum; -1 past it). Their addresses follow from the block alone, so the loads are in flight
   /// together: one global-memory round trip per candidate. (Loading the next candidate's entries during the current
-  /// tile measured 1-3% slower on an H100: ptxas moves them to uniform registers right after the loads and waits
+  /// tile measured 1.4-3.6% slower on an H100: ptxas moves them to uniform registers right after the loads and waits
   /// there; docs/performance.md, session 6.)
   struct Probe {
     int32_t first = -1, first_last = -1, second = -1, second_last = -1;
