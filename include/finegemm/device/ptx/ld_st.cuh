@@ -14,13 +14,6 @@ FG_DEVICE uint32_t opaque(uint32_t v) {
   return r;
 }
 
-/// Address of `ptr`'s shared-memory location in CTA `cta_rank` of this cluster (distributed shared memory).
-FG_DEVICE uint32_t mapa_shared(const void* ptr, uint32_t cta_rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(ptr)), "r"(cta_rank));
-  return remote;
-}
-
 FG_DEVICE void st_shared_cluster_v4_f32(uint32_t remote_addr, float a, float b, float c, float d) {
   asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(remote_addr), "f"(a), "f"(b), "f"(c), "f"(d)
                : "memory");

@@ -25,16 +25,25 @@ FG_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
 
+/// Address of `ptr`'s shared-memory location in CTA `cta_rank` of this cluster (distributed shared memory).
+FG_DEVICE uint32_t mapa_shared(const void* ptr, uint32_t cta_rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(ptr)), "r"(cta_rank));
+  return remote;
+}
+
 /// Arrives on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster.
 /// NOTE: default (CTA-scope) release semantics: the arrival only says "this stage's shared memory was consumed" (the
 /// wgmma reads already completed), and a .release.cluster arrive costs a cluster-scope fence per K block.
 FG_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
-      "r"(cta_rank)
-      : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(mapa_shared(bar, cta_rank)) : "memory");
+}
+
+/// Like mbarrier_arrive_cluster, releasing this thread's earlier writes at cluster scope (for data sent through
+/// distributed shared memory).
+FG_DEVICE void mbarrier_arrive_cluster_release(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(mapa_shared(bar, cta_rank))
+               : "memory");
 }
 
 /// Upper bound, in ns, a waiting thread may be suspended in try_wait before re-checking (it wakes on completion):
@@ -42,31 +51,6 @@ FG_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
 inline constexpr uint32_t kMbarrierSuspendTimeHint = 0x989680;
 
 /// One try of waiting for the phase with parity `phase` to complete; true once it has.
-/// Arrives on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster, releasing this thread's
-/// earlier writes at cluster scope (for data sent through distributed shared memory).
-FG_DEVICE void mbarrier_arrive_cluster_release(uint64_t* bar, uint32_t cta_rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
-      "r"(cta_rank)
-      : "memory");
-}
-
-/// Waits for the phase with parity `phase` to complete, acquiring at cluster scope what the arrivals released.
-FG_DEVICE void mbarrier_wait_cluster_acquire(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(phase)
-        : "memory");
-  }
-}
-
 FG_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t phase) {
   uint32_t done;
   asm volatile(
@@ -81,6 +65,20 @@ FG_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t phase) {
 
 FG_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t phase) {
   while (!mbarrier_try_wait_parity(bar, phase)) {
+  }
+}
+
+/// Waits for the phase with parity `phase` to complete, acquiring at cluster scope what the arrivals released.
+FG_DEVICE void mbarrier_wait_cluster_acquire(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(phase)
+        : "memory");
   }
 }
 
