@@ -3,6 +3,7 @@
 # configurations or kernel experiment switches), each table kept, then one line per shape and variant.
 #   scripts/perf-ab.sh BUILD_DIR OUT_DIR SHAPES_CSV "label|ENV=V ENV2=V" ...
 # Example variant: "mc-b|FINEGEMM_FORCE_CONFIG=cluster=2,mc=b" or "exp|FINEGEMM_JIT_DEFINES=-DFG_EXPERIMENT=1".
+# AB_ITERS (default 30) and AB_FLAGS (extra bench arguments, e.g. "--flush read") apply to every variant.
 set -uo pipefail
 BUILD=$1 OUT_DIR=$2 SHAPES=$3
 shift 3
@@ -12,7 +13,7 @@ for variant in "$@"; do
   envs=${variant#*|}
   [ "$envs" = "$variant" ] && envs=""
   # shellcheck disable=SC2086
-  env $envs timeout 300 "$BUILD/finegemm" bench --shapes "$SHAPES" --iters "${AB_ITERS:-30}" \
+  env $envs timeout 300 "$BUILD/finegemm" bench --shapes "$SHAPES" --iters "${AB_ITERS:-30}" ${AB_FLAGS:-} \
     > "$OUT_DIR/ab-$label.log" 2>&1
   echo "== $label ($envs) rc=$?"
   # kind G M N K | config | us ev-us TFLOPS ... | x cuBLT x best | check  ->  compact columns

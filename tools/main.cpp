@@ -173,7 +173,7 @@ int cmd_bench(const Args& args) {
     fg::jit::Runtime::instance().set_sass_pass_enabled(false);
   }
 
-  std::printf("\n%-10s %6s %6s %6s %6s | %-44s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s | %s\n", "kind", "G", "M", "N",
+  std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s | %s\n", "kind", "G", "M", "N",
               "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best", "check");
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
   int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
@@ -218,7 +218,7 @@ int cmd_bench(const Args& args) {
       if (s.kind == fg::GemmKind::kNormal) log_best_normal += std::log(x_best), ++n_best_normal;
     }
     const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
-    std::printf("%-10s %6d %6lld %6lld %6lld | %-44.44s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f %7.2f | %s\n",
+    std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f %7.2f | %s\n",
                 kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
                 t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
                 x_cublas, x_best, verdict.ok ? "ok" : "FAIL");

@@ -151,6 +151,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.num_rows = int32_t(c.rows);
   args.num_a_rows = int32_t(c.a_rows);
   args.num_groups = c.num_groups;
+  args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
   return plan;
 }
 

@@ -50,13 +50,15 @@ bool multicast_enabled() {
   return enabled;
 }
 
-/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4" (any subset): a developer knob for measurements.
+/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4,l2b=normal" (any subset): a developer knob for
+/// measurements.
 /// Candidates that differ in a named field are rejected; the other filters still apply (except the measured-speed
 /// ones on M and K for a forced bm=256, and on multicast for a forced cluster=2), so a forced configuration is always
 /// one the kernel supports (or none is found and the call fails with the usual message).
 struct ForcedConfig {
   int block_m = 0, block_n = 0, cluster = 0, stages = 0, split = 0;
   char multicast = 0;  // 'a', 'b' or 0
+  char l2_b = 0;       // B's L2 hint: 'f' (evict-first), 'n' (normal) or 0 (the heuristic's)
 };
 
 const ForcedConfig& forced_config() {
@@ -69,16 +71,22 @@ const ForcedConfig& forced_config() {
       const size_t eq = field.find('=');
       const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
       check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages, split), got '", field, "'");
+                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b), got '", field, "'");
       if (name == "mc") {
         check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
         f.multicast = value[0];
         continue;
       }
+      if (name == "l2b") {
+        check_arg(value == "first" || value == "normal", "FINEGEMM_FORCE_CONFIG", "l2b is first or normal, got '",
+                  value, "'");
+        f.l2_b = value[0];
+        continue;
+      }
       int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
                   : name == "stages" ? &f.stages : name == "split" ? &f.split : nullptr;
       check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
-                "' (bm, bn, cluster, mc, stages, split)");
+                "' (bm, bn, cluster, mc, stages, split, l2b)");
       *target = std::atoi(value.c_str());
     }
     return f;
@@ -147,7 +155,7 @@ std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
-  os << " sa=" << (sa_k_major ? "k-major" : "mn-major") << " grid=" << grid << " smem=" << smem_bytes
+  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "") << " grid=" << grid << " smem=" << smem_bytes
      << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -258,6 +266,27 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   return out;
 }
 
+/// B's TMA loads carry the L2 evict-first hint when each B tile is read by at most kEvictFirstMaxRowBlocks tiles
+/// (row blocks per group), which the scheduler runs side by side (one raster band): B's lines then replace one
+/// another instead of lines other tiles or kernels still use (A, which every tile reads; a previous kernel's output,
+/// which costs a write-back to evict when dirty). Measured on an H100 after the bench's memset flush (kernel us,
+/// hint vs none): one row block 64x7168x16384 49.3 vs 53.5, 64x4096x7168 15.2 vs 17.0, 128x7168x16384 50.0 vs
+/// 55.1; two 128x2112x7168 (BM=64) 14.9 vs 15.5, masked 2x512x4096x7168 49.5 vs 51.9; three 384x7168x2048 13.9 vs
+/// 15.4; four masked 1x1024x7168x2048 31.0 vs 30.7; many 4096x32768x512 180.2 vs 134.8, contiguous
+/// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance.md, session 7).
+constexpr int64_t kEvictFirstMaxRowBlocks = 3;
+
+namespace {
+bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
+  switch (p.kind) {
+    case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
+    case GemmKind::kGroupedMasked: return ceil_div(p.m_max, c.block_m) <= kEvictFirstMaxRowBlocks;
+    case GemmKind::kGroupedContiguous: return false;  // experts hold many row blocks each
+  }
+  return false;
+}
+}  // namespace
+
 KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& hw) {
   const std::vector<Candidate> candidates = enumerate_candidates(p, num_sms, hw);
   const KernelConfig* best = nullptr;
@@ -285,7 +314,9 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
         forced != nullptr ? std::string(" with FINEGEMM_FORCE_CONFIG=") + forced +
                                 " (which rejects every other candidate: unset it or name a configuration that fits this shape)"
                           : std::string());
-  return *best;
+  KernelConfig chosen = *best;
+  chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_read_by_few_tiles(p, chosen);
+  return chosen;
 }
 
 }  // namespace finegemm::heuristics

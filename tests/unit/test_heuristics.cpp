@@ -111,3 +111,33 @@ TEST(Heuristics, MaskedAndContiguousPickLegalConfigs) {
   EXPECT_EQ(masked.split_k, 1);
   EXPECT_EQ(contiguous.split_k, 1);
 }
+
+TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
+  // One block of rows: every B tile is read by one tile, so its lines are loaded evict-first.
+  for (int64_t m : {1, 64}) {
+    const auto c = fh::select_config(dense(m, 7168, 2048), 132);
+    EXPECT_TRUE(c.b_evict_first) << c.describe();
+    EXPECT_NE(c.describe().find("B:evict-first"), std::string::npos) << c.describe();
+  }
+  EXPECT_TRUE(fh::select_config(dense(64, 2112, 7168), 132).b_evict_first);  // split-K: each CTA reads its half once
+  // Up to three row blocks, which run side by side, still gain from it; many lose (4096x32768x512 measured 34%
+  // slower).
+  EXPECT_TRUE(fh::select_config(dense(128, 2112, 7168), 132).b_evict_first);
+  EXPECT_TRUE(fh::select_config(dense(256, 7168, 2048), 132).b_evict_first);
+  EXPECT_TRUE(fh::select_config(dense(384, 7168, 2048), 132).b_evict_first);
+  EXPECT_FALSE(fh::select_config(dense(4096, 7168, 2048), 132).b_evict_first);
+  EXPECT_FALSE(fh::select_config(dense(4096, 32768, 512), 132).b_evict_first);
+  Problem p = dense(256, 7168, 2048);
+  p.kind = GemmKind::kGroupedMasked;
+  p.num_groups = 4;
+  p.m_max = 256;
+  const auto masked = fh::select_config(p, 132);
+  EXPECT_EQ(masked.b_evict_first, masked.block_m >= 128) << masked.describe();
+  p.m_max = 1024;  // rows beyond expected_m may be valid: B is read by up to four row blocks
+  EXPECT_FALSE(fh::select_config(p, 132).b_evict_first);
+  p.m_max = 4096;
+  EXPECT_FALSE(fh::select_config(p, 132).b_evict_first);
+  p.kind = GemmKind::kGroupedContiguous;
+  p.m = 8192 * 4;
+  EXPECT_FALSE(fh::select_config(p, 132).b_evict_first);
+}

@@ -237,12 +237,16 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (!kSaKMajor)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
           }
+          // B read once (one tile per B tile) is loaded evict-first: its lines then replace each other rather
+          // than what else the L2 holds (A, which every tile reads; other kernels' lines, written back first when
+          // dirty). Made here: hoisted out of the loops, it made ptxas spill 16 bytes at BLOCK_M=128, BLOCK_N=192.
+          const uint64_t b_policy = args.b_evict_first ? ptx::l2_policy_evict_first() : ptx::l2_policy_evict_normal();
           if constexpr (kBSplit == 2) {
             constexpr uint32_t kRows = BLOCK_N / 2;
-            ptx::tma_load_2d_multicast(&args.tma_b, full, b_dst + cta_rank * kRows * kBlockK, k_idx,
-                                       b_row + int32_t(cta_rank * kRows), 0b11);
+            ptx::tma_load_2d_multicast_hinted(&args.tma_b, full, b_dst + cta_rank * kRows * kBlockK, k_idx,
+                                              b_row + int32_t(cta_rank * kRows), 0b11, b_policy);
           } else {
-            ptx::tma_load_2d(&args.tma_b, full, b_dst, k_idx, b_row);
+            ptx::tma_load_2d_hinted(&args.tma_b, full, b_dst, k_idx, b_row, b_policy);
           }
           pipe.advance();
         }

@@ -19,6 +19,30 @@ FG_DEVICE void tma_load_2d(const TmaDescriptor* desc, uint64_t* bar, void* smem_
       : "memory");
 }
 
+/// An L2 eviction policy for the whole of each access (PTX ISA createpolicy.fractional, fraction 1.0):
+/// evict-first lines are replaced before any other line of their set, evict-normal ones as if no hint were given.
+FG_DEVICE uint64_t l2_policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+FG_DEVICE uint64_t l2_policy_evict_normal() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+/// tma_load_2d with an L2 eviction policy from l2_policy_*() for the lines it brings in.
+FG_DEVICE void tma_load_2d_hinted(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1,
+                                  uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+      "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+
 /// 2D tile load multicast to the same shared-memory offset of every CTA in `cta_mask`, each completing on its own
 /// barrier at the offset of `bar`.
 FG_DEVICE void tma_load_2d_multicast(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1,
@@ -27,6 +51,16 @@ FG_DEVICE void tma_load_2d_multicast(const TmaDescriptor* desc, uint64_t* bar, v
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
       "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(smem_dst)),
       "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+/// tma_load_2d_multicast with an L2 eviction policy from l2_policy_*().
+FG_DEVICE void tma_load_2d_multicast_hinted(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0,
+                                            int32_t c1, uint16_t cta_mask, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint "
+      "[%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
       : "memory");
 }
 
