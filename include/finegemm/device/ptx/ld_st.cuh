@@ -49,6 +49,14 @@ FG_DEVICE float ld_global_nc_f32(const float* ptr) {
   return v;
 }
 
+/// Asynchronous copy of one fp32 from global to shared memory (PTX ISA cp.async, 4 bytes through L1); with `valid`
+/// false nothing is read and the destination is set to zero. Completion: mbarrier_arrive_on_cp_async_noinc.
+FG_DEVICE void cp_async_f32(float* smem_dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(smem_dst)), "l"(src),
+               "r"(valid ? 4u : 0u)
+               : "memory");
+}
+
 FG_DEVICE int32_t ld_global_s32(const int32_t* ptr) {
   int32_t v;
   asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
