@@ -29,6 +29,7 @@
 //   4: the two math warpgroups issue without taking turns
 //   8: one accumulator (turns) at every BLOCK_N, no K blocks in flight in several accumulators
 //  16: with turns, pass the turn once the K block's wgmmas completed instead of right after issuing them
+//  64: one thread issues every TMA load (A, SA and B), as before session 7, instead of B from a second warp
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
 #endif
@@ -37,6 +38,7 @@
 #define FG_EXPERIMENT_NO_PINGPONG ((FG_EXPERIMENT & 4) != 0)
 #define FG_EXPERIMENT_SINGLE_BUFFER ((FG_EXPERIMENT & 8) != 0)
 #define FG_EXPERIMENT_TURN_AFTER_WAIT ((FG_EXPERIMENT & 16) != 0)
+#define FG_EXPERIMENT_ONE_TMA_THREAD ((FG_EXPERIMENT & 64) != 0)
 
 namespace finegemm::device {
 
@@ -140,11 +142,15 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kNumScaleGranules = BLOCK_N / kScaleGranule;
   constexpr uint32_t kASplit = (kMulticast && kMulticastOnA) ? 2 : 1;
   constexpr uint32_t kBSplit = (kMulticast && !kMulticastOnA) ? 2 : 1;
-  constexpr uint32_t kStageBytes =
-      Layout::kABytesPerStage + Layout::kBBytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
-  // The TMA thread (with its bytes) and the scale warp's lanes; with K-major SA, each lane's cp.asyncs of the stage's
-  // row scales arrive once more when they complete.
-  constexpr uint32_t kFullArrivals = 1 + 32 + (kSaKMajor ? 32 : 0);
+  // B's loads are issued by a thread of their own (producer warp 2): with one thread issuing A, SA and B, that
+  // thread's loop paced the narrow small-M tiles (docs/performance.md, session 7). Each issuer announces its own
+  // bytes (arrive.expect_tx) before its loads.
+  constexpr bool kSeparateBIssuer = !FG_EXPERIMENT_ONE_TMA_THREAD && !FG_EXPERIMENT_NO_LOADS;
+  constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
+  constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
+  // The TMA issuers (with their bytes) and the scale warp's lanes; with K-major SA, each lane's cp.asyncs of the
+  // stage's row scales arrive once more when they complete.
+  constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + 32 + (kSaKMajor ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB is read by lane 0 of each math warp and shuffled; K-major SA is read by every math thread; MN-major SA, A and
@@ -206,14 +212,39 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t producer_warp = warp_idx - kNumMathWarps;
     PipelineState<kNumStages> pipe;
 
+    auto load_b = [&](const Tile& t, uint32_t stage, uint32_t kb) {
+      uint64_t* full = &full_barriers[stage];
+      const int32_t b_row = t.group * int32_t(N) + t.n_block * int32_t(BLOCK_N);
+      const int32_t k_idx = int32_t(kb * kBlockK);
+      uint8_t* b_dst = smem_b + stage * Layout::kBBytesPerStage;
+      // B read by few tiles is loaded evict-first (args.b_evict_first, decided on the host): its lines then
+      // replace each other rather than what else the L2 holds (A, which every tile reads; other kernels' lines,
+      // written back first when dirty). Otherwise the plain load: a hinted one with an evict-normal policy
+      // measured slower.
+      if constexpr (kBSplit == 2) {
+        constexpr uint32_t kRows = BLOCK_N / 2;
+        if (args.b_evict_first)
+          ptx::tma_load_2d_multicast_hinted(&args.tma_b, full, b_dst + cta_rank * kRows * kBlockK, k_idx,
+                                            b_row + int32_t(cta_rank * kRows), 0b11, ptx::l2_policy_evict_first());
+        else
+          ptx::tma_load_2d_multicast(&args.tma_b, full, b_dst + cta_rank * kRows * kBlockK, k_idx,
+                                     b_row + int32_t(cta_rank * kRows), 0b11);
+      } else {
+        if (args.b_evict_first)
+          ptx::tma_load_2d_hinted(&args.tma_b, full, b_dst, k_idx, b_row, ptx::l2_policy_evict_first());
+        else
+          ptx::tma_load_2d(&args.tma_b, full, b_dst, k_idx, b_row);
+      }
+    };
+
     if (producer_warp == 0 && lane_idx == 0) {
-      // TMA issuer.
+      // TMA issuer of A and SA (and of B under FG_EXPERIMENT 64).
       while (scheduler.next(tile)) {
-        const int32_t b_row = tile.group * int32_t(N) + tile.n_block * int32_t(BLOCK_N);
         const int32_t sa_row_base = (kGemmKind == GemmKind::kGroupedMasked)
                                         ? tile.row_base - tile.group * args.num_rows
                                         : tile.row_base;
         const int32_t sa_kb_base = (kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(kNumKBlocks) : 0;
+#pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
         for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           uint64_t* full = &full_barriers[pipe.stage];
@@ -222,10 +253,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             pipe.advance();
             continue;
           }
-          ptx::mbarrier_arrive_expect_tx(full, kStageBytes);
+          ptx::mbarrier_arrive_expect_tx(full, kSeparateBIssuer ? kABytes : kABytes + kBBytes);
           const int32_t k_idx = int32_t(kb * kBlockK);
           uint8_t* a_dst = smem_a + pipe.stage * Layout::kABytesPerStage;
-          uint8_t* b_dst = smem_b + pipe.stage * Layout::kBBytesPerStage;
           float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
           if constexpr (kASplit == 2) {
             constexpr uint32_t kRows = BLOCK_M / 2;
@@ -239,17 +269,18 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (!kSaKMajor)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
           }
-          // B read once (one tile per B tile) is loaded evict-first: its lines then replace each other rather
-          // than what else the L2 holds (A, which every tile reads; other kernels' lines, written back first when
-          // dirty). Made here: hoisted out of the loops, it made ptxas spill 16 bytes at BLOCK_M=128, BLOCK_N=192.
-          const uint64_t b_policy = args.b_evict_first ? ptx::l2_policy_evict_first() : ptx::l2_policy_evict_normal();
-          if constexpr (kBSplit == 2) {
-            constexpr uint32_t kRows = BLOCK_N / 2;
-            ptx::tma_load_2d_multicast_hinted(&args.tma_b, full, b_dst + cta_rank * kRows * kBlockK, k_idx,
-                                              b_row + int32_t(cta_rank * kRows), 0b11, b_policy);
-          } else {
-            ptx::tma_load_2d_hinted(&args.tma_b, full, b_dst, k_idx, b_row, b_policy);
-          }
+          if constexpr (!kSeparateBIssuer) load_b(tile, pipe.stage, kb);
+          pipe.advance();
+        }
+      }
+    } else if (kSeparateBIssuer && producer_warp == 2 && lane_idx == 0) {
+      // TMA issuer of B.
+      while (scheduler.next(tile)) {
+#pragma unroll 1
+        for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
+          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], kBBytes);
+          load_b(tile, pipe.stage, kb);
           pipe.advance();
         }
       }
