@@ -1,5 +1,5 @@
 // The real GEMM kernels compile through NVRTC for sm_90a for every config the heuristic picks on the seed shapes:
-// no local-memory spills, and the SASS holds FP8 wgmma (QGMMA), TMA loads (UTMALDG, B's with an
+// no local-memory spills, and the SASS holds FP8 wgmma (QGMMA), TMA loads (UTMALDG, B's also with an
 // L2 cache policy) and stores (UTMASTG).
 #include <gtest/gtest.h>
 
@@ -116,7 +116,7 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     const std::string sass = finegemm::test::disassemble(b.cubin, nvdisasm);
     EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
-    // B's loads carry an L2 eviction policy (evict-first when B is read once, chosen at run time).
+    // B's loads have an evict-first variant (taken when the host hints B, a run-time branch).
     EXPECT_NE(sass.find("], desc[UR"), std::string::npos) << names[i] << ": no TMA load with a cache policy";
     EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("STSM"), std::string::npos) << names[i];

@@ -19,21 +19,15 @@ FG_DEVICE void tma_load_2d(const TmaDescriptor* desc, uint64_t* bar, void* smem_
       : "memory");
 }
 
-/// An L2 eviction policy for the whole of each access (PTX ISA createpolicy.fractional, fraction 1.0):
-/// evict-first lines are replaced before any other line of their set, evict-normal ones as if no hint were given.
+/// An L2 eviction policy for the whole of each access (PTX ISA createpolicy.fractional, fraction 1.0): the lines
+/// are replaced before any other line of their set.
 FG_DEVICE uint64_t l2_policy_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 
-FG_DEVICE uint64_t l2_policy_evict_normal() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-/// tma_load_2d with an L2 eviction policy from l2_policy_*() for the lines it brings in.
+/// tma_load_2d with an L2 eviction policy (l2_policy_evict_first) for the lines it brings in.
 FG_DEVICE void tma_load_2d_hinted(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1,
                                   uint64_t policy) {
   asm volatile(
@@ -54,7 +48,7 @@ FG_DEVICE void tma_load_2d_multicast(const TmaDescriptor* desc, uint64_t* bar, v
       : "memory");
 }
 
-/// tma_load_2d_multicast with an L2 eviction policy from l2_policy_*().
+/// tma_load_2d_multicast with an L2 eviction policy (l2_policy_evict_first).
 FG_DEVICE void tma_load_2d_multicast_hinted(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0,
                                             int32_t c1, uint16_t cta_mask, uint64_t policy) {
   asm volatile(
