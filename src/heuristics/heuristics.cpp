@@ -155,8 +155,8 @@ std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
-  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "") << " grid=" << grid << " smem=" << smem_bytes
-     << " tiles=" << num_tiles << " waves=" << num_waves;
+  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "") << " grid=" << grid
+     << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
 

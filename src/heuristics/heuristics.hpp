@@ -26,7 +26,7 @@ struct KernelConfig {
   bool multicast_on_a = true;  ///< which operand the 2-CTA cluster shares (cluster_size == 2, split_k == 1)
   int split_k = 1;             ///< 2: the two CTAs of a cluster each take half of K (cluster_size == 2, no multicast)
   bool sa_k_major = false;
-  bool b_evict_first = false;  ///< each B tile is read by one tile: B's TMA loads carry an L2 evict-first hint
+  bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
   int smem_bytes = 0;

@@ -20,7 +20,7 @@ struct GemmArgs {
   int32_t num_rows;           ///< M (normal), M_sum (contiguous), M_max (masked)
   int32_t num_a_rows;         ///< rows of the 2D A view: M, M_sum, or G * M_max
   int32_t num_groups;
-  uint32_t b_evict_first;     ///< 1: each B tile is read by one tile, so B's lines are loaded evict-first (L2)
+  uint32_t b_evict_first;     ///< 1: B's tiles are read by few tiles, so B's lines are loaded evict-first (L2)
 };
 
 }  // namespace finegemm::device

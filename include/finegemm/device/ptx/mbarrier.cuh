@@ -21,8 +21,8 @@ FG_DEVICE void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-/// An arrive on `bar` once every cp.async this thread issued before it has completed (PTX ISA cp.async.mbarrier.arrive).
-/// `.noinc`: it counts as one of the arrivals the barrier was initialized to expect.
+/// An arrive on `bar` once every cp.async this thread issued before it has completed (PTX ISA
+/// cp.async.mbarrier.arrive). `.noinc`: it counts as one of the arrivals the barrier was initialized to expect.
 FG_DEVICE void mbarrier_arrive_on_cp_async_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
