@@ -123,8 +123,12 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   const uint32_t a_split = (multicast && cfg.multicast_on_a) ? 2 : 1;
   const uint32_t b_split = (multicast && !cfg.multicast_on_a) ? 2 : 1;
   const int64_t kb = (c.k + 127) / 128;
+  // A box reaching far past A's last row is slow (up to 20% of the GEMM, docs/performance.md, session 8): with fewer
+  // rows than one tile, the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
+  args.a_box_rows = uint32_t(cfg.block_m) / a_split;
+  if (a_split == 1 && c.a_rows < cfg.block_m) args.a_box_rows = uint32_t((c.a_rows + 7) / 8 * 8);
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
-            uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, uint32_t(cfg.block_m) / a_split,
+            uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, args.a_box_rows,
             CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A)");
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, uint64_t(c.k),
             uint64_t(c.n * c.num_groups), uint64_t(c.k), device::kBlockK, uint32_t(cfg.block_n) / b_split,

@@ -17,6 +17,7 @@ namespace {
 struct Visit {
   int cta, group, m_block, n_block, row_base, row_limit;
   bool check_rows;
+  int first_row;
 };
 
 template <fd::GemmKind kKind, int BM, int BN, int NB, int kCluster, bool kOnA>
@@ -25,7 +26,8 @@ std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout
   for (int cta = 0; cta < num_ctas; ++cta) {
     fd::TileScheduler<kKind, BM, BN, NB, kCluster, kOnA> s(rows, groups, layout, cta, num_ctas);
     fd::Tile t;
-    while (s.next(t)) per_cta[size_t(cta)].push_back({cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows});
+    while (s.next(t)) per_cta[size_t(cta)].push_back(
+        {cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows, t.first_row});
   }
   return per_cta;
 }
@@ -43,6 +45,24 @@ void check_normal(int m, int num_ctas) {
     ASSERT_LT(tile.first, m_blocks);
     ASSERT_LT(tile.second, NB);
   }
+  // Each output row is written by exactly one tile per n-block, and with M >= BLOCK_M no tile reaches more than 3
+  // rows past row M (the last row block moves up to a multiple of 4 rows; its rows before first_row belong to the
+  // block before).
+  std::vector<int> written(size_t(m) * NB, 0);
+  for (const auto& cta : visits)
+    for (const auto& v : cta) {
+      EXPECT_EQ(v.row_base % 4, 0);
+      if (m >= BM) {
+        EXPECT_LE(v.row_base + BM, m + 3) << "m=" << m << " m_block " << v.m_block;
+      } else {
+        EXPECT_EQ(v.row_base, 0);
+      }
+      EXPECT_GE(v.row_base, 0);
+      for (int r = v.row_base + v.first_row; r < std::min(m, v.row_base + v.row_limit); ++r)
+        ++written[size_t(r) * NB + size_t(v.n_block)];
+    }
+  for (size_t i = 0; i < written.size(); ++i)
+    ASSERT_EQ(written[i], 1) << "m=" << m << " row " << i / NB << " n_block " << i % NB;
   if (kCluster == 2) {
     // CTAs 2c and 2c+1 form a cluster: at each step both have a tile or neither, and they share the multicast operand.
     for (int c = 0; c + 1 < num_ctas; c += 2) {
@@ -64,8 +84,9 @@ void check_normal(int m, int num_ctas) {
 
 TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
   for (int ctas : {1, 2, 7, 66, 78, 114, 132}) {
-    for (int m : {1, 63, 64, 65, 128, 129, 1000, 4096}) {
+    for (int m : {1, 63, 64, 65, 100, 128, 129, 130, 131, 200, 1000, 4000, 4096, 4097}) {
       check_normal<64, 16, 132, 1, true>(m, ctas);
+      check_normal<256, 128, 16, 1, true>(m, ctas);
       check_normal<128, 112, 64, 1, true>(m, ctas);
       check_normal<128, 128, 33, 1, true>(m, ctas);
     }

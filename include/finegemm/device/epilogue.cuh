@@ -1,5 +1,6 @@
 // GEMM epilogue: fp32 accumulators -> bf16 -> stmatrix into a swizzled shared tile -> TMA store (or, for grouped edge
-// tiles, row-checked vector stores), overlapped with the next tile's main loop.
+// tiles and a dense GEMM's moved-up last row block, row-checked vector stores), overlapped with the next tile's main
+// loop.
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -74,8 +75,10 @@ struct EpilogueTile {
 #pragma unroll
     for (uint32_t w = 0; w < kNumWaves; ++w) {
       const uint32_t wg_row0 = w * wave_rows + math_wg * kRowsPerWarpgroup;
-      const int32_t wg_rows = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(wg_row0)));
-      if (wg_rows == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
+      // This warpgroup's rows [row_lo, row_hi) are the tile's to write.
+      const int32_t row_lo = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.first_row - int32_t(wg_row0)));
+      const int32_t row_hi = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(wg_row0)));
+      if (row_lo == 0 && row_hi == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
         // Full rows: TMA clips columns >= N and rows past the tensor.
         if (wg_thread == 0) {
 #pragma unroll
@@ -83,8 +86,9 @@ struct EpilogueTile {
             ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kSwizzleBytes,
                               int32_t(n_start + slab * kSlabCols), tile.row_base + int32_t(wg_row0));
         }
-      } else if (wg_rows > 0) {
-        // Grouped edge tile: write only the valid rows (and, for the contiguous layout, rows of this expert).
+      } else if (row_hi > row_lo) {
+        // Grouped edge tile or a dense last row block moved up: write only the tile's rows (and, for the contiguous
+        // layout, rows of this expert).
         // Contiguous: each warp reads the 64 rows' expert ids once (two loads per lane, in parallel) into a mask,
         // instead of one dependent load per 16-byte chunk.
         uint32_t mine_lo = 0xffffffffu, mine_hi = 0xffffffffu;  // bit r: row wg_row0 + r (+ 32) is this expert's
@@ -97,9 +101,9 @@ struct EpilogueTile {
           mine_hi = __ballot_sync(0xffffffffu, hi);
         }
         constexpr uint32_t kChunksPerRow = BLOCK_N / 8;
-        const uint32_t num_chunks = uint32_t(wg_rows) * kChunksPerRow;
+        const uint32_t num_chunks = uint32_t(row_hi - row_lo) * kChunksPerRow;
         for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
-          const uint32_t r = c / kChunksPerRow;
+          const uint32_t r = uint32_t(row_lo) + c / kChunksPerRow;
           const uint32_t col = (c % kChunksPerRow) * 8;
           const uint32_t global_col = n_start + col;
           const int32_t global_row = tile.row_base + int32_t(wg_row0 + r);

@@ -25,6 +25,7 @@ struct Tile {
   int32_t n_block = 0;
   int32_t row_base = 0;      ///< row of the tile's first row in the 2D views of A and D
   int32_t row_limit = 0;     ///< rows of the tile that may be written (< BLOCK_M only for grouped edge tiles)
+  int32_t first_row = 0;     ///< rows of the tile before this one belong to another tile and are not written
   int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
 };
@@ -141,6 +142,18 @@ struct TileScheduler {
         rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
         tile.row_base = tile.m_block * BLOCK_M;
         tile.row_limit = BLOCK_M;
+        tile.first_row = 0;
+        if constexpr (kKind == GemmKind::kNormal) {
+          // A last row block that M ends inside moves up to end at row M (when M >= BLOCK_M), rounded up to a row
+          // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
+          // past A (a box reaching far past the end measured up to 20% slower, docs/performance.md, session 8).
+          // The rows it shares with the block before are computed twice and written only by that block.
+          const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
+          if (num_rows >= BLOCK_M && moved_base < tile.row_base) {
+            tile.first_row = tile.row_base - moved_base;
+            tile.row_base = moved_base;
+          }
+        }
         tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
         tile.group = 0;
         tile.check_rows = false;

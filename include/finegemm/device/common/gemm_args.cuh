@@ -6,7 +6,7 @@
 namespace finegemm::device {
 
 struct GemmArgs {
-  TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, BLOCK_M / A-multicast split), 128B swizzle
+  TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, a_box_rows), 128B swizzle
   TmaDescriptor tma_b;        ///< B as 2D [G * N, K] fp8, box (128, BLOCK_N / B-multicast split), 128B swizzle
   TmaDescriptor tma_sa;       ///< SA MN-major as 2D [G * KB, M_pad] fp32, box (rows, 1) (unused when SA is K-major)
   TmaDescriptor tma_d;        ///< D as 2D [rows, N] bf16, box (epilogue slab width, 64), swizzled like the smem tile
@@ -21,6 +21,7 @@ struct GemmArgs {
   int32_t num_a_rows;         ///< rows of the 2D A view: M, M_sum, or G * M_max
   int32_t num_groups;
   uint32_t b_evict_first;     ///< 1: B's tiles are read by few tiles, so B's lines are loaded evict-first (L2)
+  uint32_t a_box_rows;        ///< rows of tma_a's box: BLOCK_M / A-multicast split, or fewer when A has fewer rows
 };
 
 }  // namespace finegemm::device
