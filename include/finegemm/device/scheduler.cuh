@@ -146,7 +146,7 @@ struct TileScheduler {
         if constexpr (kKind == GemmKind::kNormal) {
           // A last row block that M ends inside moves up to end at row M (when M >= BLOCK_M), rounded up to a row
           // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
-          // past A (a box reaching far past the end measured up to 20% slower, docs/performance.md, session 8).
+          // past A (a box reaching far past the end measured up to 28% slower, docs/performance.md, session 8).
           // The rows it shares with the block before are computed twice and written only by that block.
           const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
           if (num_rows >= BLOCK_M && moved_base < tile.row_base) {
