@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                         : tile.row_base;
         const int32_t sa_kb_base = (kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(kNumKBlocks) : 0;
         // A with fewer rows than BLOCK_M comes in a box of only its rows (rounded up to 8, set on the host): a box
-        // reaching many rows past the tensor's end measured up to 20% slower for the whole GEMM (H100,
+        // reaching many rows past the tensor's end measured up to 28% slower for the whole GEMM (H100,
         // docs/performance.md, session 8). The smem rows left unwritten feed only output rows that are not stored.
         const uint32_t a_bytes = kASplit == 2 ? kABytes : kABytes - Layout::kABytesPerStage + args.a_box_rows * kBlockK;
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
