@@ -216,3 +216,64 @@ TEST(Scheduler, MaskedMulticastPairsStayInOneGroup) {
     }
   }
 }
+
+TEST(Scheduler, StreamKCoversEveryKBlockOnceAndPairsHeadsWithTails) {
+  // Dense tiles walked whole up to `whole`, then the rest's K blocks shared out as the host does
+  // (heuristics::stream_k_split): every (tile, K block) computed once; a shared tile has one head (K block 0, in CTA
+  // c) and one tail (in CTA c + 1, written to its slot c + 1, which the head reads); each CTA's tail comes first in
+  // its share and its head last.
+  constexpr int BM = 128, BN = 192, NB = 11, KB = 56;
+  for (int ctas : {2, 7, 66, 132}) {
+    for (int m : {1000, 3000, 4096, 5000}) {
+      const int tiles = (m + BM - 1) / BM * NB;
+      if (tiles <= ctas) continue;
+      const int whole = std::max(0, (tiles / ctas - 1) * ctas);
+      const int shared = (tiles - whole) * KB;
+      std::map<int, std::vector<int>> covered;  // tile -> count per K block
+      std::map<int, std::pair<int, int>> heads, tails;  // tile -> (cta, slot)
+      for (int cta = 0; cta < ctas; ++cta) {
+        fd::TileScheduler<fd::GemmKind::kNormal, BM, BN, NB, 1, true, KB> s(m, 1, nullptr, cta, ctas);
+        s.set_stream_k(whole, shared / ctas, shared % ctas);
+        fd::Tile t;
+        std::vector<fd::StreamKPart> parts;
+        while (s.next(t)) {
+          const int tile = t.m_block * NB + t.n_block;  // one band of 16 n-blocks holds all 11
+          auto& kb = covered[tile];
+          kb.resize(KB, 0);
+          ASSERT_LT(t.k_begin, t.k_end);
+          for (int k = t.k_begin; k < t.k_end; ++k) ++kb[size_t(k)];
+          parts.push_back(t.sk_part);
+          if (t.sk_part == fd::StreamKPart::kHead) {
+            EXPECT_EQ(t.k_begin, 0);
+            EXPECT_LT(t.k_end, KB);
+            EXPECT_EQ(t.sk_slot, cta + 1);
+            EXPECT_TRUE(heads.emplace(tile, std::make_pair(cta, t.sk_slot)).second);
+          } else if (t.sk_part == fd::StreamKPart::kTail) {
+            EXPECT_GT(t.k_begin, 0);
+            EXPECT_EQ(t.k_end, KB);
+            EXPECT_EQ(t.sk_slot, cta);
+            EXPECT_TRUE(tails.emplace(tile, std::make_pair(cta, t.sk_slot)).second);
+          } else {
+            EXPECT_EQ(t.k_begin, 0);
+            EXPECT_EQ(t.k_end, KB);
+          }
+        }
+        for (size_t i = 0; i < parts.size(); ++i) {
+          if (parts[i] == fd::StreamKPart::kTail) EXPECT_EQ(i, std::find_if(parts.begin(), parts.end(), [](auto p) {
+                                                                 return p != fd::StreamKPart::kWhole;
+                                                               }) - parts.begin());
+          if (parts[i] == fd::StreamKPart::kHead) EXPECT_EQ(i + 1, parts.size());
+        }
+      }
+      ASSERT_EQ(int(covered.size()), tiles) << "m=" << m << " ctas=" << ctas;
+      for (const auto& [tile, kb] : covered)
+        for (int k = 0; k < KB; ++k) ASSERT_EQ(kb[size_t(k)], 1) << "tile " << tile << " k " << k;
+      ASSERT_EQ(heads.size(), tails.size());
+      for (const auto& [tile, head] : heads) {
+        ASSERT_TRUE(tails.count(tile)) << "tile " << tile;
+        EXPECT_EQ(tails.at(tile).first, head.first + 1);
+        EXPECT_EQ(tails.at(tile).second, head.second);
+      }
+    }
+  }
+}
