@@ -69,7 +69,6 @@ struct LaunchPlan {
   CUfunction function = nullptr;
   device::GemmArgs args{};
   KernelConfig config;
-  int device = 0;
 };
 
 void encode_2d(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner, uint64_t outer,
@@ -110,7 +109,6 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   Runtime& rt = Runtime::instance();
   auto plan = std::make_unique<LaunchPlan>();
   plan->config = heuristics::select_config(problem_of(c), num_sms);
-  plan->device = device;
   const KernelConfig& cfg = plan->config;
   if (rt.options().print_configs)
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
@@ -158,10 +156,6 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.num_a_rows = int32_t(c.a_rows);
   args.num_groups = c.num_groups;
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
-  const heuristics::StreamKSplit split = heuristics::stream_k_split(cfg);
-  args.sk_dp_tiles = int32_t(split.whole_tiles);
-  args.sk_iters_base = int32_t(split.iters_base);
-  args.sk_iters_extra = int32_t(split.iters_extra);
   return plan;
 }
 
@@ -184,24 +178,7 @@ void launch(const LaunchPlan& plan, Stream stream) {
   // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
   config.attrs = cfg.cluster_size > 1 ? &attr : nullptr;
   config.numAttrs = cfg.cluster_size > 1 ? 1 : 0;
-  if (!cfg.stream_k) {
-    void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
-    check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
-    return;
-  }
-  // Stream-K: the hand-over memory is the stream's own (jit::Runtime::stream_k_workspace); without it (a stream's
-  // first stream-K call made while it is captured into a CUDA graph) every tile is walked whole.
-  device::GemmArgs args = plan.args;
-  CUdeviceptr partials = 0, flags = 0;
-  if (Runtime::instance().stream_k_workspace(plan.device, config.hStream, &partials, &flags)) {
-    args.sk_partials = reinterpret_cast<float*>(partials);
-    args.sk_flags = reinterpret_cast<uint32_t*>(flags);
-  } else {
-    args.sk_dp_tiles = int32_t(cfg.num_tiles);
-    args.sk_iters_base = 0;
-    args.sk_iters_extra = 0;
-  }
-  void* params[] = {&args};
+  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }
 

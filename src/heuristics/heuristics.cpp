@@ -50,14 +50,13 @@ bool multicast_enabled() {
   return enabled;
 }
 
-/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4,l2b=normal,sk=1" (any subset): a developer knob for
+/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4,l2b=normal" (any subset): a developer knob for
 /// measurements.
 /// Candidates that differ in a named field are rejected; the other filters still apply (except the measured-speed
 /// ones on M and K for a forced bm=256, and on multicast for a forced cluster=2), so a forced configuration is always
 /// one the kernel supports (or none is found and the call fails with the usual message).
 struct ForcedConfig {
   int block_m = 0, block_n = 0, cluster = 0, stages = 0, split = 0;
-  int stream_k = -1;   // 1: on where the kernel supports it, 0: off, -1: the heuristic's
   char multicast = 0;  // 'a', 'b' or 0
   char l2_b = 0;       // B's L2 hint: 'f' (evict-first), 'n' (normal) or 0 (the heuristic's)
 };
@@ -72,7 +71,7 @@ const ForcedConfig& forced_config() {
       const size_t eq = field.find('=');
       const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
       check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, sk), got '", field, "'");
+                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b), got '", field, "'");
       if (name == "mc") {
         check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
         f.multicast = value[0];
@@ -85,9 +84,9 @@ const ForcedConfig& forced_config() {
         continue;
       }
       int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
-                  : name == "stages" ? &f.stages : name == "split" ? &f.split : name == "sk" ? &f.stream_k : nullptr;
+                  : name == "stages" ? &f.stages : name == "split" ? &f.split : nullptr;
       check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
-                "' (bm, bn, cluster, mc, stages, split, l2b, sk)");
+                "' (bm, bn, cluster, mc, stages, split, l2b)");
       *target = std::atoi(value.c_str());
     }
     return f;
@@ -156,8 +155,7 @@ std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
-  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "") << (stream_k ? " stream-K" : "")
-     << " grid=" << grid
+  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "") << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -166,7 +164,7 @@ std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
      << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
-     << (sa_k_major ? "true" : "false") << ", " << split_k << "u" << (stream_k ? ", true" : "") << ">";
+     << (sa_k_major ? "true" : "false") << ", " << split_k << "u>";
   return os.str();
 }
 
@@ -279,31 +277,6 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 
 namespace {
-/// Stream-K is experimental: it is off unless FINEGEMM_EXPERIMENTAL_STREAM_K=1 (or FINEGEMM_FORCE_CONFIG sk=1) until
-/// measured (docs/performance.md).
-bool stream_k_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_STREAM_K");
-    return v != nullptr && v[0] == '1';
-  }();
-  return enabled;
-}
-
-/// The kernel shares K blocks between CTAs for dense GEMMs with unclustered tiles, one accumulator per warpgroup,
-/// more tiles than CTAs and a share of at least one tile's K blocks per CTA; with MN-major SA only (with K-major SA the
-/// stream-K kernels spilled a few registers).
-bool stream_k_supported(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && !p.sa_k_major && c.cluster_size == 1 && c.split_k == 1 &&
-         device::gemm_k_depth(uint32_t(c.block_m), uint32_t(c.block_n)) == 1 && c.num_tiles > c.grid &&
-         c.num_tiles % c.grid != 0;
-}
-
-/// Worth it when the last wave leaves at least 10% of the CTAs' time idle.
-bool stream_k_pays(const KernelConfig& c) {
-  const double waves = double(c.num_tiles) / double(c.grid);
-  return (std::ceil(waves) - waves) / std::ceil(waves) >= 0.10;
-}
-
 bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   switch (p.kind) {
     case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
@@ -343,22 +316,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
                           : std::string());
   KernelConfig chosen = *best;
   chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_read_by_few_tiles(p, chosen);
-  const int forced_sk = forced_config().stream_k;
-  chosen.stream_k = stream_k_supported(p, chosen) && (forced_sk >= 0 ? forced_sk == 1 : stream_k_enabled() &&
-                                                                                            stream_k_pays(chosen));
   return chosen;
-}
-
-StreamKSplit stream_k_split(const KernelConfig& c) {
-  StreamKSplit s;
-  const int64_t k_blocks = ceil_div(c.k, 128);
-  // All but the last wave and the remainder are walked whole: each CTA's share is then between one and two tiles'
-  // K blocks, so a tile is split between two CTAs at most.
-  s.whole_tiles = c.stream_k ? std::max<int64_t>(0, (c.num_tiles / c.grid - 1) * c.grid) : c.num_tiles;
-  const int64_t shared = (c.num_tiles - s.whole_tiles) * k_blocks;
-  s.iters_base = c.stream_k ? shared / c.grid : 0;
-  s.iters_extra = c.stream_k ? shared % c.grid : 0;
-  return s;
 }
 
 }  // namespace finegemm::heuristics

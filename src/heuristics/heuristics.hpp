@@ -27,7 +27,6 @@ struct KernelConfig {
   int split_k = 1;             ///< 2: the two CTAs of a cluster each take half of K (cluster_size == 2, no multicast)
   bool sa_k_major = false;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
-  bool stream_k = false;       ///< the last tiles' K blocks are shared evenly over the CTAs (see stream_k_split)
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
   int smem_bytes = 0;
@@ -47,13 +46,6 @@ struct Candidate {
 
 /// Every candidate for `problem` with the filter verdicts (for tests and `FINEGEMM_PRINT_CONFIGS`).
 std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const HardwareModel& hw = {});
-
-/// Stream-K split of a configuration's tiles (KernelConfig::stream_k): `whole_tiles` are walked whole, round robin;
-/// the K blocks of the rest are shared out, `iters_base` per CTA and one more for the first `iters_extra`.
-struct StreamKSplit {
-  int64_t whole_tiles = 0, iters_base = 0, iters_extra = 0;
-};
-StreamKSplit stream_k_split(const KernelConfig& config);
 
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
 KernelConfig select_config(const Problem& problem, int num_sms, const HardwareModel& hw = {});

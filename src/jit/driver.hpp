@@ -34,7 +34,6 @@ struct DriverApi {
   FG_DRIVER_FN(cuMemsetD32);
   FG_DRIVER_FN(cuMemcpyDtoH);
   FG_DRIVER_FN(cuStreamGetCtx);
-  FG_DRIVER_FN(cuStreamIsCapturing);
 #undef FG_DRIVER_FN
 };
 

@@ -268,34 +268,6 @@ CUdeviceptr Runtime::error_flags(int ordinal) {
   return ptr;
 }
 
-bool Runtime::stream_k_workspace(int ordinal, CUstream stream, CUdeviceptr* partials, CUdeviceptr* flags) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_pair(ordinal, stream);
-  if (auto it = stream_k_memory_.find(key); it != stream_k_memory_.end()) {
-    *partials = it->second.partials;
-    *flags = it->second.flags;
-    return true;
-  }
-  const DriverApi& cu = driver();
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (cu.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return false;
-  int sms = 0;
-  CUdevice dev = 0;
-  if (cu.cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
-      cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS)
-    return false;
-  StreamKMemory m;
-  if (cu.cuMemAlloc(&m.partials, size_t(sms) * kStreamKSlotFloats * sizeof(float)) != CUDA_SUCCESS) return false;
-  if (cu.cuMemAlloc(&m.flags, size_t(sms) * sizeof(uint32_t)) != CUDA_SUCCESS ||
-      cu.cuMemsetD32(m.flags, 0, size_t(sms)) != CUDA_SUCCESS)
-    return false;  // (the partials stay allocated: rare, and freeing could race a concurrent launch's use)
-  stream_k_memory_[key] = m;
-  *partials = m.partials;
-  *flags = m.flags;
-  return true;
-}
-
 JitStats Runtime::stats() const {
   JitStats s;
   s.compiles = compiles_;

@@ -4,7 +4,6 @@
 #include <cuda.h>
 
 #include <atomic>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,12 +83,6 @@ class Runtime {
   void set_num_sms(int num_sms) { num_sms_override_ = num_sms; }
   /// The device error word of the current context (allocated on first use).
   CUdeviceptr error_flags(int ordinal);
-  /// Stream-K hand-over memory of `stream` on device `ordinal`: one slot of kStreamKSlotFloats fp32 and one flag per
-  /// SM, flags zeroed. Each stream has its own, so GEMMs on different streams never share one; calls on one stream
-  /// run in order, and each call leaves the flags zeroed. Allocated on a stream's first stream-K call; false (no
-  /// memory) when that first call comes while the stream is being captured into a CUDA graph, or the allocation fails.
-  bool stream_k_workspace(int ordinal, CUstream stream, CUdeviceptr* partials, CUdeviceptr* flags);
-  static constexpr size_t kStreamKSlotFloats = 256 * 128;  ///< the largest stream-K tile (BLOCK_M x BLOCK_N)
 
   JitStats stats() const;
   std::string cache_dir() const { return disk_cache_->enabled() ? disk_cache_->dir() : std::string(); }
@@ -112,10 +105,6 @@ class Runtime {
   std::unordered_map<std::string, CUfunction> functions_;                          // by key + context
   std::unordered_map<int, DeviceInfo> devices_;
   std::unordered_map<int, CUdeviceptr> error_flags_;
-  struct StreamKMemory {
-    CUdeviceptr partials = 0, flags = 0;
-  };
-  std::map<std::pair<int, CUstream>, StreamKMemory> stream_k_memory_;  // by device and stream; kept for the process
 
   std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0};
   std::atomic<uint64_t> compile_micros_{0};

@@ -18,10 +18,6 @@
 
 namespace finegemm::device {
 
-/// Which K blocks of its tile a stream-K unit of work covers: all of them; the first ones (then it waits for the
-/// partial sums of the rest, adds them and stores the tile); or the last ones (it writes their partial sums).
-enum class StreamKPart : int32_t { kWhole = 0, kHead = 1, kTail = 2 };
-
 /// One output tile, as the kernel needs it.
 struct Tile {
   int32_t group = 0;
@@ -32,23 +28,12 @@ struct Tile {
   int32_t first_row = 0;     ///< rows of the tile before this one belong to another tile and are not written
   int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
-  // Stream-K schedulers only (dense GEMMs): the tile's K blocks [k_begin, k_end) this CTA computes, and its part.
-  int32_t k_begin = 0;
-  int32_t k_end = 0;
-  StreamKPart sk_part = StreamKPart::kWhole;
-  int32_t sk_slot = 0;       ///< kHead: the slot to add (the next CTA's); kTail: the slot to write (this CTA's)
 };
 
-/// kStreamKBlocks > 0 (dense GEMMs, K blocks per tile): after the tiles walked whole (set_stream_k), the remaining
-/// tiles' K blocks are split evenly over the CTAs in tile order; each CTA's share is at least one tile's K blocks, so
-/// a tile is shared by at most two CTAs, consecutive ones: CTA c's share may start inside a tile (the tile's tail,
-/// whose head is CTA c-1's) and end inside another (its head, whose tail is CTA c+1's, done first in c+1's share).
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, int kClusterSize, bool kMulticastOnA,
-          int kStreamKBlocks = 0, int kRasterBand = FG_RASTER_BAND>
+          int kRasterBand = FG_RASTER_BAND>
 struct TileScheduler {
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
-  static_assert(kStreamKBlocks == 0 || (kKind == GemmKind::kNormal && kClusterSize == 1),
-                "stream-K: dense, unclustered");
   static_assert(kRasterBand % 2 == 0, "an even band keeps multicast pairs inside one band");
   static constexpr bool kPairsAlongM = kClusterSize == 2 && !kMulticastOnA;
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
@@ -73,8 +58,6 @@ struct TileScheduler {
   int32_t tile_stride;
   // Progress
   int32_t next_tile;
-  int32_t whole_tiles = 0x7fffffff;  ///< stream-K: tiles below this index are walked whole
-  int32_t sk_next = 0, sk_end = 0;   ///< stream-K: this CTA's remaining share, in K blocks counted from whole_tiles
   int32_t group = 0;               ///< masked: group of the tiles being walked
   int32_t tiles_before_group = 0;  ///< masked: tiles of the groups before `group`
   int32_t group_rows = 0;          ///< masked: valid rows of `group`
@@ -145,14 +128,6 @@ struct TileScheduler {
     return p;
   }
 
-  /// Stream-K: tiles [0, whole) are walked whole; the K blocks of the rest are shared out, `base` per CTA and one
-  /// more for the first `extra` CTAs (whole = all tiles: no sharing).
-  FG_HOST_DEVICE void set_stream_k(int32_t whole, int32_t base, int32_t extra) {
-    whole_tiles = whole;
-    sk_next = first_tile * base + min_of(first_tile, extra);
-    sk_end = sk_next + base + (first_tile < extra ? 1 : 0);
-  }
-
   /// Advances to this CTA's next tile; false when there is none left.
   FG_HOST_DEVICE bool next(Tile& tile) {
     if constexpr (kKind == GemmKind::kGroupedMasked) {
@@ -160,26 +135,9 @@ struct TileScheduler {
     } else {
       const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
       const int32_t num_tiles = num_m_blocks * kNumNBlocks * (kContiguousHalves ? 2 : 1);
-      const int32_t whole_end = kStreamKBlocks > 0 ? min_of(num_tiles, whole_tiles) : num_tiles;
-      while (next_tile < whole_end || (kStreamKBlocks > 0 && sk_next < sk_end)) {
-        int32_t t = next_tile;
-        if (next_tile < whole_end) {
-          next_tile += tile_stride;
-          if constexpr (kStreamKBlocks > 0) {
-            tile.k_begin = 0;
-            tile.k_end = kStreamKBlocks;
-            tile.sk_part = StreamKPart::kWhole;
-          }
-        } else if constexpr (kStreamKBlocks > 0) {
-          // The share's next piece: the rest of the current tile's K blocks, or of the share.
-          t = whole_tiles + sk_next / kStreamKBlocks;
-          tile.k_begin = sk_next % kStreamKBlocks;
-          tile.k_end = min_of(kStreamKBlocks, tile.k_begin + (sk_end - sk_next));
-          sk_next += tile.k_end - tile.k_begin;
-          tile.sk_part = tile.k_begin > 0 ? StreamKPart::kTail
-                         : tile.k_end < kStreamKBlocks ? StreamKPart::kHead : StreamKPart::kWhole;
-          tile.sk_slot = tile.sk_part == StreamKPart::kHead ? first_tile + 1 : first_tile;
-        }
+      while (next_tile < num_tiles) {
+        const int32_t t = next_tile;
+        next_tile += tile_stride;
         const bool second_pass = kContiguousHalves && t >= num_m_blocks * kNumNBlocks;
         rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
         tile.row_base = tile.m_block * BLOCK_M;

@@ -22,15 +22,6 @@ struct GemmArgs {
   int32_t num_groups;
   uint32_t b_evict_first;     ///< 1: B's tiles are read by few tiles, so B's lines are loaded evict-first (L2)
   uint32_t a_box_rows;        ///< rows of tma_a's box: BLOCK_M / A-multicast split, or fewer when A has fewer rows
-  // Stream-K (kernels instantiated with kStreamK): the first sk_dp_tiles tiles are walked whole, round robin; the K
-  // blocks of the rest are split evenly over the CTAs (sk_iters_base each, one more for the first sk_iters_extra), so
-  // a tile may be shared by two CTAs: the one with its last K blocks writes their partial sums to its slot, the one
-  // with its first K blocks adds them and stores the tile. sk_dp_tiles = all tiles turns the split off.
-  float* sk_partials;         ///< (grid, BLOCK_M * BLOCK_N) fp32: one slot per CTA
-  uint32_t* sk_flags;         ///< (grid): 1 while a CTA's slot holds partial sums not yet added (zero between calls)
-  int32_t sk_dp_tiles;
-  int32_t sk_iters_base;
-  int32_t sk_iters_extra;
 };
 
 }  // namespace finegemm::device

@@ -44,6 +44,16 @@ namespace finegemm::device {
 
 inline constexpr uint32_t kProducerRegisters = 40;
 inline constexpr uint32_t kMathRegisters = 232;
+/// K blocks a math warpgroup keeps in flight in separate accumulators (1: one accumulator, turns between two
+/// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
+/// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
+/// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
+/// faster than depth 4 at BN=32 (H100, docs/performance.md session 4), so there only BN 48..64 use depth 4.
+FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
+  return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
+         : block_m == 128 ? (block_n > 32 && block_n <= 64 ? 4 : 1)
+                          : 1;
+}
 
 /// Copies of the K loop, one per split point of a tile straddling two SB blocks (BLOCK_N / gcd(BLOCK_N, 128) of them):
 /// 5 covers BLOCK_N 48, 80, 96, 160 and 192; BLOCK_N 112 and 144 select the scale per granule at run time.
@@ -73,13 +83,7 @@ FG_DEVICE void with_constant(uint32_t value, F& f) {
 }
 
 /// Named barriers (id 0 is __syncthreads).
-enum class NamedBarrier : uint32_t {
-  kMathWarpgroup0 = 1,
-  kMathWarpgroup1 = 2,
-  kMathTurn0 = 3,
-  kMathTurn1 = 4,
-  kMathAll = 5,  // every math thread (stream-K hand-over)
-};
+enum class NamedBarrier : uint32_t { kMathWarpgroup0 = 1, kMathWarpgroup1 = 2, kMathTurn0 = 3, kMathTurn1 = 4 };
 
 /// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.
 template <uint32_t kNumStages>
@@ -95,7 +99,7 @@ struct PipelineState {
 };
 
 template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor, uint32_t kSplitK = 1, bool kStreamK = false>
+          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor, uint32_t kSplitK = 1>
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
@@ -110,9 +114,6 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(kSplitK == 1 || (kSplitK == 2 && kClusterSize == 2 && kKind == int(GemmKind::kNormal)),
                 "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
-  static_assert(!kStreamK ||
-                    (kKind == int(GemmKind::kNormal) && kClusterSize == 1 && gemm_k_depth(BLOCK_M, BLOCK_N) == 1),
-                "stream-K: dense GEMMs, unclustered, one accumulator per warpgroup");
   static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK>::kLaunchBytes ==
                     gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK),
                 "host and device agree on the shared-memory footprint");
@@ -156,8 +157,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // B are read by the async proxy (wgmma) and written by TMA. The peer CTA of a cluster gets one arrive per warp.
   constexpr uint32_t kLocalReleaseArrivals = kSaKMajor ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
-  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA,
-                                  kStreamK ? int(kNumKBlocks) : 0>;
+  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA>;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -204,11 +204,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
   Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK, gridDim.x / kSplitK);
   const uint32_t kb_begin = kSplitK > 1 ? cta_rank * kKBlocksPerCta : 0;
-  if constexpr (kStreamK) scheduler.set_stream_k(args.sk_dp_tiles, args.sk_iters_base, args.sk_iters_extra);
   Tile tile;
-  // The tile's K blocks this CTA computes: [kb_first, kb_first + kb_count).
-  auto kb_first = [&](const Tile& t) { return kStreamK ? uint32_t(t.k_begin) : kb_begin; };
-  auto kb_count = [&](const Tile& t) { return kStreamK ? uint32_t(t.k_end - t.k_begin) : kKBlocksPerCta; };
 
   // ---- Register reconfiguration, then producer / math --------------------------------------------------
   if (threadIdx.x >= kNumMathThreads) {
@@ -253,7 +249,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // docs/performance.md, session 8). The smem rows left unwritten feed only output rows that are not stored.
         const uint32_t a_bytes = kASplit == 2 ? kABytes : kABytes - Layout::kABytesPerStage + args.a_box_rows * kBlockK;
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
-        for (uint32_t kb = kb_first(tile); kb < kb_first(tile) + kb_count(tile); ++kb) {
+        for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           uint64_t* full = &full_barriers[pipe.stage];
           if constexpr (FG_EXPERIMENT_NO_LOADS) {
@@ -285,7 +281,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       // TMA issuer of B.
       while (scheduler.next(tile)) {
 #pragma unroll 1
-        for (uint32_t kb = kb_first(tile); kb < kb_first(tile) + kb_count(tile); ++kb) {
+        for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], kBBytes);
           load_b(tile, pipe.stage, kb);
@@ -300,14 +296,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const uint32_t sb_block = n_start / 128;
         const bool has_second = !kUniformScaleB && sb_block + 1 < kNumSbBlocks && n_start % 128 + BLOCK_N > 128;
         const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
-        const uint32_t kb_end = kb_first(tile) + kb_count(tile);
-        for (uint32_t kb_base = kb_first(tile); kb_base < kb_end; kb_base += 32) {
+        for (uint32_t kb_base = kb_begin; kb_base < kb_begin + kKBlocksPerCta; kb_base += 32) {
           // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
           const uint32_t my_kb = kb_base + lane_idx;
-          const bool mine = my_kb < kb_end;
+          const bool mine = my_kb < kb_begin + kKBlocksPerCta;
           const float sb_first = mine ? ptx::ld_global_nc_f32(sb_src + my_kb) : 0.0f;
           const float sb_second = has_second && mine ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
-          const uint32_t num_kb = min_of(32u, kb_end - kb_base);
+          const uint32_t num_kb = min_of(32u, kb_begin + kKBlocksPerCta - kb_base);
           for (uint32_t i = 0; i < num_kb; ++i) {
             const float s0 = __shfl_sync(0xffffffff, sb_first, i);
             const float s1 = __shfl_sync(0xffffffff, sb_second, i);
@@ -491,13 +486,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
             if (w + 1 == num_waves) release(pipe.stage);
-            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count(tile))
+            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kKBlocksPerCta)
               promote(accum[0], sc, first.value, final_accum[w], Constant<decltype(is_first)::value && kAssignFirst>());
           }
           pipe.advance();
         };
         k_block(Constant<1>(), 0);
-        for (uint32_t kb = 1; kb < kb_count(tile); ++kb) k_block(Constant<0>(), kb);
+        for (uint32_t kb = 1; kb < kKBlocksPerCta; ++kb) k_block(Constant<0>(), kb);
       }
     };
 
@@ -517,46 +512,6 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         with_constant<1, kNumScaleGranules>(first_granules, k_loop);
       } else {
         k_loop(RuntimeValue{first_granules});
-      }
-
-      if constexpr (kStreamK) {
-        // ---- Stream-K hand-over through global memory (args.sk_partials, one slot per CTA). The CTA with a tile's
-        // last K blocks writes their partial sums and raises its flag; the one with the first K blocks waits for it,
-        // adds them to its own (its own first: a fixed order, so results are deterministic) and stores the tile. The
-        // writer does this first in its share and the reader last in its, so the wait is short. Element c * 4 + e of
-        // a thread's sums sits in float4 chunk c of the slot, threads side by side.
-        constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
-        constexpr uint32_t kAll = static_cast<uint32_t>(NamedBarrier::kMathAll);
-        if (tile.sk_part != StreamKPart::kWhole) {
-          float* slot = args.sk_partials + uint64_t(tile.sk_slot) * (BLOCK_M * BLOCK_N) + threadIdx.x * 4;
-          uint32_t* flag = args.sk_flags + tile.sk_slot;
-          if (tile.sk_part == StreamKPart::kTail) {
-#pragma unroll
-            for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
-              const float* v = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
-              ptx::st_global_v4_f32(slot + c * kNumMathThreads * 4, v[0], v[1], v[2], v[3]);
-            }
-            ptx::fence_acq_rel_gpu();
-            ptx::named_barrier_sync(kAll, kNumMathThreads);
-            if (threadIdx.x == 0) ptx::st_release_gpu_u32(flag, 1);
-            continue;
-          }
-          if (threadIdx.x == 0) {
-            while (ptx::ld_acquire_gpu_u32(flag) == 0) {
-            }
-            ptx::st_relaxed_gpu_u32(flag, 0);  // for the next call (calls on one stream run one after the other)
-          }
-          ptx::named_barrier_sync(kAll, kNumMathThreads);
-#pragma unroll
-          for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
-            const float4 v = ptx::ld_global_cg_v4_f32(slot + c * kNumMathThreads * 4);
-            float* acc = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
-            acc[0] += v.x;
-            acc[1] += v.y;
-            acc[2] += v.z;
-            acc[3] += v.w;
-          }
-        }
       }
 
       if constexpr (kSplitK > 1) {

@@ -57,35 +57,6 @@ FG_DEVICE void cp_async_f32(float* smem_dst, const float* src, bool valid) {
                : "memory");
 }
 
-FG_DEVICE void st_global_v4_f32(float* ptr, float a, float b, float c, float d) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-
-/// Global load cached in L2 only (not in L1, which another SM's writes do not update).
-FG_DEVICE float4 ld_global_cg_v4_f32(const float* ptr) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(ptr)
-               : "memory");
-  return v;
-}
-
-FG_DEVICE uint32_t ld_acquire_gpu_u32(const uint32_t* ptr) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-
-FG_DEVICE void st_release_gpu_u32(uint32_t* ptr, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
-FG_DEVICE void st_relaxed_gpu_u32(uint32_t* ptr, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
-/// Orders this thread's earlier memory accesses before its later ones for every thread of the GPU.
-FG_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
 FG_DEVICE int32_t ld_global_s32(const int32_t* ptr) {
   int32_t v;
   asm volatile("ld.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
