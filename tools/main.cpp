@@ -72,7 +72,7 @@ int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
-      "          [--flush memset|read]\n"
+      "          [--flush memset|read] [--experts random|equal]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes)\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
       "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
@@ -134,6 +134,12 @@ int cmd_bench(const Args& args) {
     return 2;
   }
   ft::L2Flusher flusher(256ull << 20, flush == "read" ? ft::FlushMode::kRead : ft::FlushMode::kMemset);
+  // Contiguous rows per expert: drawn at random around M (a router's spread, the default) or exactly M each.
+  const std::string experts = args.get("experts", "random");
+  if (experts != "random" && experts != "equal") {
+    std::fprintf(stderr, "finegemm bench: --experts is random or equal, got '%s'\n", experts.c_str());
+    return 2;
+  }
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -142,6 +148,8 @@ int cmd_bench(const Args& args) {
               flush == "read"
                   ? "read: a 256 MiB read leaves clean lines; the anchors were measured after a memset"
                   : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
+  std::printf("contiguous rows per expert: %s\n",
+              experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
   // The anchors are kernel times from the torch profiler (CUPTI records): compare like with like when CUPTI loads.
   std::string no_cupti_why;
   const bool kernel_time = ft::kernel_timer_available(&no_cupti_why);
@@ -182,6 +190,7 @@ int cmd_bench(const Args& args) {
     const ft::ProblemShape& s = shapes[i];
     ft::ProblemOptions opt;
     opt.seed = 1000 + i;
+    if (s.kind == fg::GemmKind::kGroupedContiguous && experts == "equal") opt.expert_rows.assign(size_t(s.groups), int(s.m));
     ft::GemmProblem problem(s, opt);
     problem.poison_output(stream);
     problem.run(k_major, stream);

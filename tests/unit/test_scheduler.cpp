@@ -137,8 +137,15 @@ TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {
 
 TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
   // Experts aligned to 128 rows, so a 256-row block may hold two experts: its second half then gets its own tile.
+  // The last set: 8 experts of router-like sizes (0.5x..1.5x of 1000 rows), fixed by a seeded generator.
+  std::vector<int> router(8);
+  uint32_t seed = 12345;
+  for (int& c : router) {
+    seed = seed * 1664525u + 1013904223u;
+    c = 500 + int(seed >> 8) % 1001;
+  }
   for (const std::vector<int>& counts : {std::vector<int>{100, 0, 300, 128, 250}, std::vector<int>{256, 1, 129, 512},
-                                         std::vector<int>{0, 0, 5}}) {
+                                         std::vector<int>{0, 0, 5}, router}) {
     std::vector<int32_t> m_indices;
     for (int e = 0; e < int(counts.size()); ++e) {
       const int padded = (counts[size_t(e)] + 127) / 128 * 128;
