@@ -148,7 +148,7 @@ int cmd_bench(const Args& args) {
               flush == "read"
                   ? "read: a 256 MiB read leaves clean lines; the anchors were measured after a memset"
                   : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
-  std::printf("contiguous rows per expert: %s\n",
+  std::printf("rows per expert (contiguous layout): %s\n",
               experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
   // The anchors are kernel times from the torch profiler (CUPTI records): compare like with like when CUPTI loads.
   std::string no_cupti_why;
@@ -190,7 +190,8 @@ int cmd_bench(const Args& args) {
     const ft::ProblemShape& s = shapes[i];
     ft::ProblemOptions opt;
     opt.seed = 1000 + i;
-    if (s.kind == fg::GemmKind::kGroupedContiguous && experts == "equal") opt.expert_rows.assign(size_t(s.groups), int(s.m));
+    if (s.kind == fg::GemmKind::kGroupedContiguous && experts == "equal")
+      opt.expert_rows.assign(size_t(s.groups), int(s.m));
     ft::GemmProblem problem(s, opt);
     problem.poison_output(stream);
     problem.run(k_major, stream);
