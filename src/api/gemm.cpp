@@ -40,7 +40,7 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
 
 /// Everything a launch depends on, as a flat key.
 struct PlanKey {
-  std::array<uint64_t, 20> words{};
+  std::array<uint64_t, 21> words{};
   bool operator==(const PlanKey& o) const { return words == o.words; }
 };
 
@@ -61,7 +61,8 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
   k.words = {uint64_t(c.kind), uint64_t(c.rows), uint64_t(c.n), uint64_t(c.k), uint64_t(c.num_groups),
              uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
              p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
-             uint64_t(c.a_rows), uint64_t(Runtime::instance().sass_pass_enabled())};
+             uint64_t(c.a_rows), uint64_t(Runtime::instance().sass_pass_enabled()),
+             uint64_t(heuristics::tail_split_enabled())};
   return k;
 }
 
@@ -69,6 +70,7 @@ struct LaunchPlan {
   CUfunction function = nullptr;
   device::GemmArgs args{};
   KernelConfig config;
+  int device = 0;
 };
 
 void encode_2d(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner, uint64_t outer,
@@ -109,6 +111,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   Runtime& rt = Runtime::instance();
   auto plan = std::make_unique<LaunchPlan>();
   plan->config = heuristics::select_config(problem_of(c), num_sms);
+  plan->device = device;
   const KernelConfig& cfg = plan->config;
   if (rt.options().print_configs)
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
@@ -156,6 +159,8 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.num_a_rows = int32_t(c.a_rows);
   args.num_groups = c.num_groups;
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
+  args.tail_first_tile = int32_t(cfg.tail_first_tile);
+  args.tail_pieces = cfg.tail_pieces;
   return plan;
 }
 
@@ -178,7 +183,20 @@ void launch(const LaunchPlan& plan, Stream stream) {
   // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
   config.attrs = cfg.cluster_size > 1 ? &attr : nullptr;
   config.numAttrs = cfg.cluster_size > 1 ? 1 : 0;
-  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
+  device::GemmArgs args = plan.args;
+  if (cfg.tail_pieces > 1) {
+    // The stream's own memory for the cut tiles' partial sums; without it (a stream's first such call made while the
+    // stream is captured into a CUDA graph) every tile is walked whole.
+    CUdeviceptr partials = 0, counters = 0;
+    if (Runtime::instance().tail_workspace(plan.device, config.hStream, &partials, &counters)) {
+      args.tail_partials = reinterpret_cast<float*>(partials);
+      args.tail_counters = reinterpret_cast<uint32_t*>(counters);
+    } else {
+      args.tail_first_tile = int32_t(cfg.num_tiles);
+      args.tail_pieces = 1;
+    }
+  }
+  void* params[] = {&args};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }
 

@@ -57,6 +57,7 @@ bool multicast_enabled() {
 /// one the kernel supports (or none is found and the call fails with the usual message).
 struct ForcedConfig {
   int block_m = 0, block_n = 0, cluster = 0, stages = 0, split = 0;
+  int tail = 0;        // tail split pieces: 1 = none, 0 = the heuristic's
   char multicast = 0;  // 'a', 'b' or 0
   char l2_b = 0;       // B's L2 hint: 'f' (evict-first), 'n' (normal) or 0 (the heuristic's)
 };
@@ -71,7 +72,7 @@ const ForcedConfig& forced_config() {
       const size_t eq = field.find('=');
       const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
       check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b), got '", field, "'");
+                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, tail), got '", field, "'");
       if (name == "mc") {
         check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
         f.multicast = value[0];
@@ -84,9 +85,9 @@ const ForcedConfig& forced_config() {
         continue;
       }
       int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
-                  : name == "stages" ? &f.stages : name == "split" ? &f.split : nullptr;
+                  : name == "stages" ? &f.stages : name == "split" ? &f.split : name == "tail" ? &f.tail : nullptr;
       check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
-                "' (bm, bn, cluster, mc, stages, split, l2b)");
+                "' (bm, bn, cluster, mc, stages, split, l2b, tail)");
       *target = std::atoi(value.c_str());
     }
     return f;
@@ -142,6 +143,7 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double tile_store_s = 2.0 * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   const double tile_s =
       tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s + tile_store_s;
+  c.tile_us = 1e6 * tile_s;
   const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
   const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
                             2.0 * double(rows_for_tiles(p) * groups) * double(p.n);
@@ -155,7 +157,9 @@ std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
-  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "") << " grid=" << grid
+  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "");
+  if (tail_pieces > 1) os << " tail=" << (num_tiles - tail_first_tile) << "x" << tail_pieces;
+  os << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -164,7 +168,7 @@ std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
      << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
-     << (sa_k_major ? "true" : "false") << ", " << split_k << "u>";
+     << (sa_k_major ? "true" : "false") << ", " << split_k << "u" << (tail_pieces > 1 ? ", true" : "") << ">";
   return os.str();
 }
 
@@ -276,7 +280,51 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance.md, session 7).
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 
+// The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
+// results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
+// global memory cost 15-20 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
+// (docs/performance.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
+// process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
+bool tail_split_enabled() {
+  const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
+  return v != nullptr && v[0] == '1';
+}
+
 namespace {
+/// Tail split: the tiles of the last wave cut into `pieces` K ranges, dealt to the CTAs after the whole tiles. Modeled
+/// time of the last wave: each CTA runs ceil(cut tiles * pieces / CTAs) pieces, each a 1/pieces share of a tile plus
+/// writing its fp32 partial sums, and the last piece of a tile reads the others' (all at the SM's L2 rate). The
+/// pieces are few and large (at least 2 K blocks each, at most kTailSlotsPerSm per CTA: the workspace's size).
+constexpr int kMaxTailPieces = int(device::kMaxTailPieces);
+constexpr int64_t kTailSlotsPerCta = 2;
+constexpr double kTailMinGain = 0.10;  // of a tile's time: below it the split is not worth its memory traffic
+
+
+double tail_wave_us(const KernelConfig& c, int64_t cut_tiles, int pieces, const HardwareModel& hw) {
+  if (pieces == 1) return c.tile_us;
+  const double slot_us = 1e6 * 4.0 * c.block_m * c.block_n / hw.sm_l2_bytes_per_s;
+  const int64_t rounds = ceil_div(cut_tiles * pieces, c.grid);
+  return double(rounds) * (c.tile_us / pieces + slot_us) + double(pieces - 1) * slot_us;
+}
+
+/// Pieces per tile of the last wave (1: no split) for the chosen configuration.
+int tail_pieces_for(const Problem& p, const KernelConfig& c, const HardwareModel& hw) {
+  const int64_t k_blocks = ceil_div(p.k, 128);
+  const int64_t cut_tiles = c.num_tiles % c.grid;
+  const bool eligible = p.kind == GemmKind::kNormal && !p.sa_k_major && c.cluster_size == 1 && c.split_k == 1 &&
+                        device::gemm_k_depth(uint32_t(c.block_m), uint32_t(c.block_n)) == 1 &&
+                        k_blocks >= 2 * kMaxTailPieces && cut_tiles > 0;
+  if (!eligible) return 1;
+  const int forced = forced_config().tail;
+  auto fits = [&](int s) { return s >= 1 && s <= kMaxTailPieces && cut_tiles * s <= kTailSlotsPerCta * c.grid; };
+  if (forced > 0) return fits(forced) ? forced : 1;
+  if (!tail_split_enabled()) return 1;
+  int best = 1;
+  for (int s = 2; s <= kMaxTailPieces; ++s)
+    if (fits(s) && tail_wave_us(c, cut_tiles, s, hw) < tail_wave_us(c, cut_tiles, best, hw)) best = s;
+  return tail_wave_us(c, cut_tiles, best, hw) <= (1.0 - kTailMinGain) * c.tile_us ? best : 1;
+}
+
 bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   switch (p.kind) {
     case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
@@ -316,6 +364,8 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
                           : std::string());
   KernelConfig chosen = *best;
   chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_read_by_few_tiles(p, chosen);
+  chosen.tail_pieces = tail_pieces_for(p, chosen, hw);
+  chosen.tail_first_tile = chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
   return chosen;
 }
 

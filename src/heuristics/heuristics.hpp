@@ -27,12 +27,17 @@ struct KernelConfig {
   int split_k = 1;             ///< 2: the two CTAs of a cluster each take half of K (cluster_size == 2, no multicast)
   bool sa_k_major = false;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
+  /// Tail split (dense GEMMs): > 1 cuts each tile of the last, partial wave (tiles from tail_first_tile on) into this
+  /// many ranges of K blocks run by different CTAs (device::GemmArgs); 1: none.
+  int tail_pieces = 1;
+  int64_t tail_first_tile = 0;
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
   int smem_bytes = 0;
   // Model outputs
   int64_t num_tiles = 0;
   int64_t num_waves = 0;
+  double tile_us = 0.0;  ///< modeled time of one tile on one SM
   double estimated_us = 0.0;
 
   std::string describe() const;         ///< one line, e.g. "BM=128 BN=112 stages=5 cluster=2(A) grid=132 smem=..."
@@ -46,6 +51,9 @@ struct Candidate {
 
 /// Every candidate for `problem` with the filter verdicts (for tests and `FINEGEMM_PRINT_CONFIGS`).
 std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const HardwareModel& hw = {});
+
+/// Whether the experimental tail split (KernelConfig::tail_pieces) is on: FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1.
+bool tail_split_enabled();
 
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
 KernelConfig select_config(const Problem& problem, int num_sms, const HardwareModel& hw = {});

@@ -63,7 +63,9 @@ DriverState load_driver() {
                   resolve(get_proc, "cuPointerGetAttributes", a.cuPointerGetAttributes, e) &&
                   resolve(get_proc, "cuMemAlloc", a.cuMemAlloc, e) && resolve(get_proc, "cuMemsetD32", a.cuMemsetD32, e) &&
                   resolve(get_proc, "cuMemcpyDtoH", a.cuMemcpyDtoH, e) &&
-                  resolve(get_proc, "cuStreamGetCtx", a.cuStreamGetCtx, e);
+                  resolve(get_proc, "cuStreamGetCtx", a.cuStreamGetCtx, e) &&
+                  resolve(get_proc, "cuStreamIsCapturing", a.cuStreamIsCapturing, e) &&
+                  resolve(get_proc, "cuMemsetD32Async", a.cuMemsetD32Async, e);
   if (!ok) return state;
   const CUresult init = a.cuInit(0);
   if (init != CUDA_SUCCESS) {

@@ -34,6 +34,8 @@ struct DriverApi {
   FG_DRIVER_FN(cuMemsetD32);
   FG_DRIVER_FN(cuMemcpyDtoH);
   FG_DRIVER_FN(cuStreamGetCtx);
+  FG_DRIVER_FN(cuStreamIsCapturing);
+  FG_DRIVER_FN(cuMemsetD32Async);
 #undef FG_DRIVER_FN
 };
 

@@ -268,6 +268,32 @@ CUdeviceptr Runtime::error_flags(int ordinal) {
   return ptr;
 }
 
+bool Runtime::tail_workspace(int ordinal, CUstream stream, CUdeviceptr* partials, CUdeviceptr* counters) {
+  const int sms = device_info(ordinal).num_sms;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto key = std::make_pair(ordinal, stream);
+  if (auto it = tail_workspaces_.find(key); it != tail_workspaces_.end()) {
+    *partials = it->second.partials;
+    *counters = it->second.counters;
+    return true;
+  }
+  const DriverApi& cu = driver();
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (cu.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
+    return false;
+  TailWorkspace w;
+  if (cu.cuMemAlloc(&w.partials, kTailSlotsPerSm * size_t(sms) * kTailSlotFloats * sizeof(float)) != CUDA_SUCCESS)
+    return false;
+  // Zeroed on the stream itself, so the first kernel that reads the counters runs after.
+  if (cu.cuMemAlloc(&w.counters, size_t(sms) * sizeof(uint32_t)) != CUDA_SUCCESS ||
+      cu.cuMemsetD32Async(w.counters, 0, size_t(sms), stream) != CUDA_SUCCESS)
+    return false;  // (what was allocated stays: rare, and freeing could race another thread's launch)
+  tail_workspaces_[key] = w;
+  *partials = w.partials;
+  *counters = w.counters;
+  return true;
+}
+
 JitStats Runtime::stats() const {
   JitStats s;
   s.compiles = compiles_;

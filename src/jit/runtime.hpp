@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -83,6 +84,15 @@ class Runtime {
   void set_num_sms(int num_sms) { num_sms_override_ = num_sms; }
   /// The device error word of the current context (allocated on first use).
   CUdeviceptr error_flags(int ordinal);
+  /// Memory where the pieces of tail-split tiles meet (KernelConfig::tail_pieces), one per device and stream so that
+  /// GEMMs on different streams never share it (calls on one stream run in order and leave the counters zeroed):
+  /// kTailSlotsPerSm * SMs slots of kTailSlotFloats fp32 (35 MB on an H100) and a counter per SM. Allocated, its
+  /// counters zeroed on `stream`, at the stream's first tail-split call. Returns false (no memory; the caller then
+  /// cuts no tile) when that first call comes while the stream is being captured into a CUDA graph, where allocating
+  /// is not allowed, or when the allocation fails.
+  bool tail_workspace(int ordinal, CUstream stream, CUdeviceptr* partials, CUdeviceptr* counters);
+  static constexpr size_t kTailSlotsPerSm = 2;
+  static constexpr size_t kTailSlotFloats = 256 * 128;  ///< the largest tile (BLOCK_M x BLOCK_N)
 
   JitStats stats() const;
   std::string cache_dir() const { return disk_cache_->enabled() ? disk_cache_->dir() : std::string(); }
@@ -105,6 +115,10 @@ class Runtime {
   std::unordered_map<std::string, CUfunction> functions_;                          // by key + context
   std::unordered_map<int, DeviceInfo> devices_;
   std::unordered_map<int, CUdeviceptr> error_flags_;
+  struct TailWorkspace {
+    CUdeviceptr partials = 0, counters = 0;
+  };
+  std::map<std::pair<int, CUstream>, TailWorkspace> tail_workspaces_;  // by device and stream, kept for the process
 
   std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0};
   std::atomic<uint64_t> compile_micros_{0};

@@ -280,6 +280,101 @@ TEST_F(Gpu, DeterministicAcrossRuns) {
   }
 }
 
+TEST_F(Gpu, TailSplitTilesAreCorrectDeterministicAndGraphSafe) {
+  // Shapes whose last, partial wave of tiles the heuristic cuts along K (KernelConfig::tail_pieces), with the
+  // experimental tail split turned on for this test's plans.
+  setenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT", "1", 1);
+  struct Off {
+    ~Off() { unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT"); }
+  } off;
+  const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 4096, 2112, 7168),   // 88 tiles x 3 pieces
+                                     shape(GemmKind::kNormal, 1, 4000, 2112, 7168),   // the last row block moved up
+                                     shape(GemmKind::kNormal, 1, 4096, 24576, 1536),  // 4 tiles x 4 pieces
+                                     shape(GemmKind::kNormal, 1, 2048, 7168, 7168),   // 256-row tiles, 52 x 2
+                                     shape(GemmKind::kNormal, 1, 1536, 7168, 2048)};  // 256-row tiles, 72 x 3
+  precompile(std::vector<ft::ProblemShape>(std::begin(shapes), std::end(shapes)));
+  int seed = 900;
+  for (const auto& s : shapes) {
+    const auto config = fg::heuristics::select_config(ft::problem_of(s, false), fg::get_num_sms());
+    if (fg::get_num_sms() == 132) EXPECT_GT(config.tail_pieces, 1) << s.describe() << ": " << config.describe();
+    ft::ProblemOptions opt;
+    opt.seed = uint64_t(seed++);
+    ft::GemmProblem p(s, opt);
+    const ft::Verdict v = run_and_check(p, false);
+    std::printf("[tail] %-36s %s | %s\n", s.describe().c_str(), config.describe().c_str(), v.summary.c_str());
+    EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+    const std::vector<uint16_t> first = p.download_output();
+    for (int run = 1; run < 4; ++run) {
+      p.poison_output(stream_);
+      p.run(false, stream_);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      ASSERT_TRUE(p.download_output() == first) << s.describe() << " differs on run " << run;
+    }
+  }
+
+  // Two streams at once, each with its own workspace.
+  {
+    cudaStream_t other;
+    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    ft::ProblemOptions oa, ob;
+    oa.seed = 950;
+    ob.seed = 951;
+    ft::GemmProblem a(shapes[0], oa), b(shapes[3], ob);
+    for (int round = 0; round < 3; ++round) {
+      a.poison_output(stream_);
+      b.poison_output(other);
+      a.run(false, stream_);
+      b.run(false, other);
+      a.run(false, stream_);
+      b.run(false, other);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      FG_CUDA_CHECK(cudaStreamSynchronize(other));
+      const ft::Verdict va = ft::check_output(a, ft::gpu_reference(a), a.download_output());
+      const ft::Verdict vb = ft::check_output(b, ft::gpu_reference(b), b.download_output());
+      EXPECT_TRUE(va.ok) << "stream 1, round " << round << ": " << va.summary;
+      EXPECT_TRUE(vb.ok) << "stream 2, round " << round << ": " << vb.summary;
+    }
+    FG_CUDA_CHECK(cudaStreamDestroy(other));
+  }
+
+  // CUDA graphs: a stream's first cut-tile call made during capture runs uncut (no workspace can be allocated then);
+  // a capture after an eager call replays with the cuts. Both replay correctly, again and again.
+  ft::ProblemOptions opt;
+  opt.seed = 960;
+  ft::GemmProblem p(shapes[0], opt);
+  for (const bool eager_first : {false, true}) {
+    cudaStream_t s;
+    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    p.run(false, stream_);  // the plan (and kernel) outside any capture, on another stream
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (eager_first) {
+      p.run(false, s);
+      FG_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    FG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    p.run(false, s);
+    FG_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<uint16_t> first;
+    for (int replay = 0; replay < 3; ++replay) {
+      p.poison_output(s);
+      FG_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      FG_CUDA_CHECK(cudaStreamSynchronize(s));
+      const std::vector<uint16_t> out = p.download_output();
+      const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), out);
+      EXPECT_TRUE(v.ok) << (eager_first ? "eager call first" : "captured first") << ", replay " << replay << ": "
+                        << v.summary;
+      if (replay == 0) first = out;
+      EXPECT_TRUE(out == first) << "replay " << replay << " differs";
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    FG_CUDA_CHECK(cudaStreamDestroy(s));
+  }
+}
+
 TEST_F(Gpu, ContiguousPaddingCostsNearlyNothing) {
   // 8 experts with 10% real rows inside 4096-row segments, against the same rows packed tightly.
   const int experts = 8;

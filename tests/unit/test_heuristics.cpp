@@ -1,6 +1,8 @@
 // The heuristic: deterministic, every filter enforced, stages fit in shared memory, sensible picks.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "heuristics/heuristics.hpp"
 
@@ -140,4 +142,46 @@ TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   p.kind = GemmKind::kGroupedContiguous;
   p.m = 8192 * 4;
   EXPECT_FALSE(fh::select_config(p, 132).b_evict_first);
+}
+
+TEST(Heuristics, TailSplitCutsOnlyAPartialLastWave) {
+  // Experimental: off unless asked for.
+  unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
+  EXPECT_EQ(fh::select_config(dense(4096, 2112, 7168), 132).tail_pieces, 1);
+  setenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT", "1", 1);
+  // 4096x2112x7168: 352 tiles of 128x192 are 2.67 waves on 132 SMs; the last 88 are cut into 3 K ranges (264 pieces,
+  // two per CTA): modeled 2 + 2/3 tile times instead of 3.
+  const auto c = fh::select_config(dense(4096, 2112, 7168), 132);
+  EXPECT_EQ(c.block_m, 128);
+  EXPECT_EQ(c.block_n, 192);
+  EXPECT_EQ(c.tail_pieces, 3);
+  EXPECT_EQ(c.tail_first_tile, 264);
+  EXPECT_NE(c.describe().find("tail=88x3"), std::string::npos) << c.describe();
+  EXPECT_NE(c.kernel_function().find(", 1u, true>"), std::string::npos) << c.kernel_function();
+  // Not cut: K-major SA, grouped kinds, full last waves, tiles whose warpgroups keep several K blocks in flight,
+  // fewer than 8 K blocks.
+  Problem km = dense(4096, 2112, 7168);
+  km.sa_k_major = true;
+  EXPECT_EQ(fh::select_config(km, 132).tail_pieces, 1);
+  Problem contiguous = dense(4096, 2112, 7168);
+  contiguous.kind = GemmKind::kGroupedContiguous;
+  contiguous.num_groups = 4;
+  EXPECT_EQ(fh::select_config(contiguous, 132).tail_pieces, 1);
+  EXPECT_EQ(fh::select_config(dense(4096, 32768, 512), 132).tail_pieces, 1);
+  EXPECT_EQ(fh::select_config(dense(64, 7168, 2048), 132).tail_pieces, 1);
+  // Everywhere: the pieces fit the workspace (2 slots per CTA) and are at least 2 K blocks long.
+  for (int64_t m : {128, 256, 512, 1000, 2048, 3000, 4096, 6000})
+    for (int64_t n : {576, 2112, 4096, 7168, 24576})
+      for (int64_t k : {1024, 2048, 7168, 16384}) {
+        const auto x = fh::select_config(dense(m, n, k), 132);
+        if (x.tail_pieces == 1) {
+          EXPECT_EQ(x.tail_first_tile, x.num_tiles);
+          continue;
+        }
+        EXPECT_EQ(x.tail_first_tile, x.num_tiles - x.num_tiles % x.grid);
+        EXPECT_LE((x.num_tiles - x.tail_first_tile) * x.tail_pieces, 2 * x.grid) << x.describe();
+        EXPECT_GE((k / 128) / x.tail_pieces, 2) << x.describe();
+        EXPECT_EQ(x.cluster_size, 1);
+      }
+  unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
 }

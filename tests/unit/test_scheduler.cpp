@@ -223,3 +223,65 @@ TEST(Scheduler, MaskedMulticastPairsStayInOneGroup) {
     }
   }
 }
+
+namespace {
+
+/// Tail split: every (tile, K block) exactly once; whole tiles first; the cut tiles' pieces piece-major, so at each
+/// step the CTAs run as few K ranges as the cut tiles allow (two when there are at least half as many cut tiles as
+/// CTAs); no CTA runs more than its share of pieces.
+template <int BM, int BN, int NB>
+void check_tail_split(int m, int num_ctas, int pieces, int k_blocks) {
+  using Scheduler = fd::TileScheduler<fd::GemmKind::kNormal, BM, BN, NB, 1, true, true>;
+  const int num_tiles = (m + BM - 1) / BM * NB;
+  const int first_cut = num_tiles - num_tiles % num_ctas;
+  std::map<std::tuple<int, int, int>, int> seen;  // (m-block, n-block, K block)
+  std::map<int, std::set<int>> ranges_at_step;    // step -> K ranges (piece index) run at that step
+  std::map<int, int> pieces_done;                 // cut tile -> pieces
+  for (int cta = 0; cta < num_ctas; ++cta) {
+    Scheduler s(m, 1, nullptr, cta, num_ctas);
+    s.set_tail(first_cut, pieces, k_blocks);
+    fd::Tile t;
+    int step = 0, cta_pieces = 0;
+    bool in_pieces = false;
+    while (s.next(t)) {
+      ASSERT_LT(t.k_begin, t.k_end);
+      ASSERT_LE(t.k_end, k_blocks);
+      if (t.piece < 0) {
+        ASSERT_FALSE(in_pieces) << "a whole tile after a piece on CTA " << cta;
+        ASSERT_EQ(t.k_end - t.k_begin, k_blocks);
+      } else {
+        in_pieces = true;
+        ++cta_pieces;
+        ASSERT_LT(t.piece, pieces);
+        ASSERT_GE(t.k_end - t.k_begin, k_blocks / pieces);
+        ranges_at_step[step].insert(t.piece);
+        ++pieces_done[t.tail_index];
+      }
+      for (int kb = t.k_begin; kb < t.k_end; ++kb) ++seen[{t.m_block, t.n_block, kb}];
+      if (t.piece >= 0) ++step;
+    }
+    const int cut = num_tiles - first_cut;
+    EXPECT_LE(cta_pieces, (cut * pieces + num_ctas - 1) / num_ctas);
+  }
+  ASSERT_EQ(int(seen.size()), num_tiles * k_blocks) << "m=" << m << " ctas=" << num_ctas << " pieces=" << pieces;
+  for (const auto& [key, count] : seen) ASSERT_EQ(count, 1);
+  for (const auto& [tile, count] : pieces_done) EXPECT_EQ(count, pieces) << "cut tile " << tile;
+  const int cut = num_tiles - first_cut;
+  if (cut > 0)
+    for (const auto& [step, ranges] : ranges_at_step)
+      EXPECT_LE(int(ranges.size()), (num_ctas + cut - 1) / cut + 1) << "step " << step;
+}
+
+}  // namespace
+
+TEST(Scheduler, TailSplitCoversEveryKBlockOnce) {
+  // 4096x2112x7168 with 128x192 tiles on 132 SMs: 352 tiles, the last 88 cut in 3 (the heuristic's pick).
+  check_tail_split<128, 192, 11>(4096, 132, 3, 56);
+  check_tail_split<128, 192, 128>(4096, 132, 4, 12);  // 4096x24576x1536: 4 cut tiles
+  check_tail_split<128, 192, 11>(1000, 132, 2, 56);   // fewer tiles than CTAs: all of them cut
+  check_tail_split<256, 128, 56>(4000, 132, 2, 16);   // M not a multiple of BLOCK_M (the last row block moves up)
+  check_tail_split<128, 64, 7>(300, 10, 4, 9);        // K blocks not a multiple of the pieces
+  // Nothing cut: pieces = 1, or no partial wave.
+  check_tail_split<128, 192, 11>(4096, 132, 1, 56);
+  check_tail_split<128, 128, 33>(512, 132, 3, 16);
+}

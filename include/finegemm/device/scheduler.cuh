@@ -28,12 +28,23 @@ struct Tile {
   int32_t first_row = 0;     ///< rows of the tile before this one belong to another tile and are not written
   int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
+  // Tail-split schedulers only (dense GEMMs): the K blocks [k_begin, k_end) this CTA computes of the tile; for a piece
+  // of a cut tile, which piece (-1: the whole tile) and the tile's index among the cut ones.
+  int32_t k_begin = 0;
+  int32_t k_end = 0;
+  int32_t piece = -1;
+  int32_t tail_index = 0;
 };
 
+/// kTailSplit (dense GEMMs, unclustered): the tiles of the last, partial wave are cut along K (set_tail). Pieces are
+/// numbered piece-major (all tiles' first K range, then all second ones, ...) and dealt round robin after the whole
+/// tiles, so the CTAs running together read the same K range of A and B (session 8's stream-K, whose CTAs each
+/// started at their own K offset, lost 5-34% on an H100; docs/performance.md).
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, int kClusterSize, bool kMulticastOnA,
-          int kRasterBand = FG_RASTER_BAND>
+          bool kTailSplit = false, int kRasterBand = FG_RASTER_BAND>
 struct TileScheduler {
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
+  static_assert(!kTailSplit || (kKind == GemmKind::kNormal && kClusterSize == 1), "tail split: dense, unclustered");
   static_assert(kRasterBand % 2 == 0, "an even band keeps multicast pairs inside one band");
   static constexpr bool kPairsAlongM = kClusterSize == 2 && !kMulticastOnA;
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
@@ -58,6 +69,10 @@ struct TileScheduler {
   int32_t tile_stride;
   // Progress
   int32_t next_tile;
+  int32_t tail_first = 0x7fffffff;  ///< tail split: tiles from this one on are cut into pieces
+  int32_t tail_pieces = 1;
+  int32_t tail_k_blocks = 0;        ///< K blocks of a tile
+  int32_t next_piece = 0;
   int32_t group = 0;               ///< masked: group of the tiles being walked
   int32_t tiles_before_group = 0;  ///< masked: tiles of the groups before `group`
   int32_t group_rows = 0;          ///< masked: valid rows of `group`
@@ -128,6 +143,15 @@ struct TileScheduler {
     return p;
   }
 
+  /// Tail split: tiles [first_cut_tile, all) are cut into `pieces` ranges of their `k_blocks` K blocks (pieces = 1 or
+  /// first_cut_tile >= all tiles: nothing is cut).
+  FG_HOST_DEVICE void set_tail(int32_t first_cut_tile, int32_t pieces, int32_t k_blocks) {
+    tail_first = pieces > 1 ? first_cut_tile : 0x7fffffff;
+    tail_pieces = pieces > 1 ? pieces : 1;
+    tail_k_blocks = k_blocks;
+    next_piece = first_tile;
+  }
+
   /// Advances to this CTA's next tile; false when there is none left.
   FG_HOST_DEVICE bool next(Tile& tile) {
     if constexpr (kKind == GemmKind::kGroupedMasked) {
@@ -135,9 +159,29 @@ struct TileScheduler {
     } else {
       const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
       const int32_t num_tiles = num_m_blocks * kNumNBlocks * (kContiguousHalves ? 2 : 1);
-      while (next_tile < num_tiles) {
-        const int32_t t = next_tile;
-        next_tile += tile_stride;
+      const int32_t whole_end = kTailSplit ? min_of(num_tiles, tail_first) : num_tiles;
+      const int32_t num_pieces = kTailSplit ? (num_tiles - whole_end) * tail_pieces : 0;
+      while (next_tile < whole_end || (kTailSplit && next_piece < num_pieces)) {
+        int32_t t = next_tile;
+        if (next_tile < whole_end) {
+          next_tile += tile_stride;
+          if constexpr (kTailSplit) {
+            tile.k_begin = 0;
+            tile.k_end = tail_k_blocks;
+            tile.piece = -1;
+          }
+        } else if constexpr (kTailSplit) {
+          // Piece q is range q / cut_tiles of cut tile q % cut_tiles; its K blocks [j * KB / s, (j + 1) * KB / s).
+          const int32_t cut_tiles = num_tiles - whole_end;
+          const int32_t q = next_piece;
+          next_piece += tile_stride;
+          const int32_t j = q / cut_tiles;
+          tile.tail_index = q - j * cut_tiles;
+          tile.piece = j;
+          tile.k_begin = j * tail_k_blocks / tail_pieces;
+          tile.k_end = (j + 1) * tail_k_blocks / tail_pieces;
+          t = whole_end + tile.tail_index;
+        }
         const bool second_pass = kContiguousHalves && t >= num_m_blocks * kNumNBlocks;
         rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
         tile.row_base = tile.m_block * BLOCK_M;

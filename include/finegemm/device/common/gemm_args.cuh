@@ -22,6 +22,14 @@ struct GemmArgs {
   int32_t num_groups;
   uint32_t b_evict_first;     ///< 1: B's tiles are read by few tiles, so B's lines are loaded evict-first (L2)
   uint32_t a_box_rows;        ///< rows of tma_a's box: BLOCK_M / A-multicast split, or fewer when A has fewer rows
+  // Tail split (kernels instantiated with kTailSplit, dense GEMMs): tiles [0, tail_first_tile) are walked whole; each
+  // later tile (the last, partial wave) is cut into tail_pieces ranges of K blocks run by different CTAs. Every piece
+  // writes its fp32 partial sums to its slot and counts itself done; the last piece of a tile to finish adds all of
+  // them in piece order (deterministic) and stores the tile. tail_first_tile = all tiles: nothing is cut.
+  float* tail_partials;       ///< (tail tiles * tail_pieces, BLOCK_M * BLOCK_N) fp32 slots
+  uint32_t* tail_counters;    ///< (tail tiles): pieces done; zero between calls (the last piece resets it)
+  int32_t tail_first_tile;
+  int32_t tail_pieces;
 };
 
 }  // namespace finegemm::device

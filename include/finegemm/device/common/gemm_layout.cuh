@@ -63,4 +63,18 @@ FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n) {
   return block_n % 64 == 0 ? 128 : (block_n % 32 == 0 ? 64 : 32);
 }
 
+/// K blocks a math warpgroup keeps in flight in separate accumulators (1: one accumulator, turns between two
+/// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
+/// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
+/// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
+/// faster than depth 4 at BN=32 (H100, docs/performance.md session 4), so there only BN 48..64 use depth 4.
+FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
+  return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
+         : block_m == 128 ? (block_n > 32 && block_n <= 64 ? 4 : 1)
+                          : 1;
+}
+
+/// Pieces a tile of a tail-split GEMM may be cut into (the host picks 2..kMaxTailPieces).
+inline constexpr uint32_t kMaxTailPieces = 4;
+
 }  // namespace finegemm::device

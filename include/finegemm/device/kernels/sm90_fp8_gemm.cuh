@@ -9,6 +9,8 @@
 // overlap the next tile's main loop. A 2-CTA cluster either shares one operand by TMA multicast or, for small-M
 // shapes with few narrow tiles, splits K: each CTA computes the tile over half of K, and the second adds its fp32
 // partial sums into the first's through distributed shared memory (a fixed order, so results are deterministic).
+// With kTailSplit (dense, unclustered), the tiles of the last, partial wave are cut along K into pieces that run on
+// different CTAs; the pieces meet through global memory (the last one to finish adds them, in piece order).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -30,6 +32,7 @@
 //   8: one accumulator (turns) at every BLOCK_N, no K blocks in flight in several accumulators
 //  16: with turns, pass the turn once the K block's wgmmas completed instead of right after issuing them
 //  64: one thread issues every TMA load (A, SA and B), as before session 7, instead of B from a second warp
+// 128: tail split without the pieces' partial sums: no slot writes or reads, the tile's piece 0 stores its own sums
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
 #endif
@@ -39,22 +42,12 @@
 #define FG_EXPERIMENT_SINGLE_BUFFER ((FG_EXPERIMENT & 8) != 0)
 #define FG_EXPERIMENT_TURN_AFTER_WAIT ((FG_EXPERIMENT & 16) != 0)
 #define FG_EXPERIMENT_ONE_TMA_THREAD ((FG_EXPERIMENT & 64) != 0)
+#define FG_EXPERIMENT_TAIL_NO_EXCHANGE ((FG_EXPERIMENT & 128) != 0)
 
 namespace finegemm::device {
 
 inline constexpr uint32_t kProducerRegisters = 40;
 inline constexpr uint32_t kMathRegisters = 232;
-/// K blocks a math warpgroup keeps in flight in separate accumulators (1: one accumulator, turns between two
-/// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
-/// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
-/// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
-/// faster than depth 4 at BN=32 (H100, docs/performance.md session 4), so there only BN 48..64 use depth 4.
-FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
-  return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
-         : block_m == 128 ? (block_n > 32 && block_n <= 64 ? 4 : 1)
-                          : 1;
-}
-
 /// Copies of the K loop, one per split point of a tile straddling two SB blocks (BLOCK_N / gcd(BLOCK_N, 128) of them):
 /// 5 covers BLOCK_N 48, 80, 96, 160 and 192; BLOCK_N 112 and 144 select the scale per granule at run time.
 inline constexpr uint32_t kMaxScaleVariants = 5;
@@ -83,7 +76,14 @@ FG_DEVICE void with_constant(uint32_t value, F& f) {
 }
 
 /// Named barriers (id 0 is __syncthreads).
-enum class NamedBarrier : uint32_t { kMathWarpgroup0 = 1, kMathWarpgroup1 = 2, kMathTurn0 = 3, kMathTurn1 = 4 };
+enum class NamedBarrier : uint32_t {
+  kMathWarpgroup0 = 1,
+  kMathWarpgroup1 = 2,
+  kMathTurn0 = 3,
+  kMathTurn1 = 4,
+  kMathAll = 5,  // every math thread (tail split: who adds a cut tile's pieces)
+};
+
 
 /// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.
 template <uint32_t kNumStages>
@@ -99,7 +99,7 @@ struct PipelineState {
 };
 
 template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor, uint32_t kSplitK = 1>
+          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor, uint32_t kSplitK = 1, bool kTailSplit = false>
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
@@ -114,6 +114,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(kSplitK == 1 || (kSplitK == 2 && kClusterSize == 2 && kKind == int(GemmKind::kNormal)),
                 "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
+  static_assert(!kTailSplit || (kKind == int(GemmKind::kNormal) && kClusterSize == 1 &&
+                                gemm_k_depth(BLOCK_M, BLOCK_N) == 1 && ceil_div(K, kBlockK) >= 2 * kMaxTailPieces),
+                "tail split: dense GEMMs, unclustered, one accumulator per warpgroup, at least 2 K blocks per piece");
   static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK>::kLaunchBytes ==
                     gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK),
                 "host and device agree on the shared-memory footprint");
@@ -157,7 +160,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // B are read by the async proxy (wgmma) and written by TMA. The peer CTA of a cluster gets one arrive per warp.
   constexpr uint32_t kLocalReleaseArrivals = kSaKMajor ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
-  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA>;
+  using Scheduler =
+      TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA, kTailSplit>;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -204,7 +208,17 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
   Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK, gridDim.x / kSplitK);
   const uint32_t kb_begin = kSplitK > 1 ? cta_rank * kKBlocksPerCta : 0;
+  if constexpr (kTailSplit) scheduler.set_tail(args.tail_first_tile, args.tail_pieces, int32_t(kNumKBlocks));
   Tile tile;
+  // The tile's K blocks this CTA computes: [kb_first(), kb_first() + kb_count()) (compile-time constants unless split).
+  auto kb_first = [&]() -> uint32_t {
+    if constexpr (kTailSplit) return uint32_t(tile.k_begin);
+    return kb_begin;
+  };
+  auto kb_count = [&]() -> uint32_t {
+    if constexpr (kTailSplit) return uint32_t(tile.k_end - tile.k_begin);
+    return kKBlocksPerCta;
+  };
 
   // ---- Register reconfiguration, then producer / math --------------------------------------------------
   if (threadIdx.x >= kNumMathThreads) {
@@ -249,7 +263,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // docs/performance.md, session 8). The smem rows left unwritten feed only output rows that are not stored.
         const uint32_t a_bytes = kASplit == 2 ? kABytes : kABytes - Layout::kABytesPerStage + args.a_box_rows * kBlockK;
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
-        for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
+        for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           uint64_t* full = &full_barriers[pipe.stage];
           if constexpr (FG_EXPERIMENT_NO_LOADS) {
@@ -281,7 +295,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       // TMA issuer of B.
       while (scheduler.next(tile)) {
 #pragma unroll 1
-        for (uint32_t kb = kb_begin; kb < kb_begin + kKBlocksPerCta; ++kb) {
+        for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], kBBytes);
           load_b(tile, pipe.stage, kb);
@@ -296,13 +310,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const uint32_t sb_block = n_start / 128;
         const bool has_second = !kUniformScaleB && sb_block + 1 < kNumSbBlocks && n_start % 128 + BLOCK_N > 128;
         const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
-        for (uint32_t kb_base = kb_begin; kb_base < kb_begin + kKBlocksPerCta; kb_base += 32) {
+        const uint32_t kb_end = kb_first() + kb_count();
+        for (uint32_t kb_base = kb_first(); kb_base < kb_end; kb_base += 32) {
           // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
           const uint32_t my_kb = kb_base + lane_idx;
-          const bool mine = my_kb < kb_begin + kKBlocksPerCta;
+          const bool mine = my_kb < kb_end;
           const float sb_first = mine ? ptx::ld_global_nc_f32(sb_src + my_kb) : 0.0f;
           const float sb_second = has_second && mine ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
-          const uint32_t num_kb = min_of(32u, kb_begin + kKBlocksPerCta - kb_base);
+          const uint32_t num_kb = min_of(32u, kb_end - kb_base);
           for (uint32_t i = 0; i < num_kb; ++i) {
             const float s0 = __shfl_sync(0xffffffff, sb_first, i);
             const float s1 = __shfl_sync(0xffffffff, sb_second, i);
@@ -486,13 +501,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
             if (w + 1 == num_waves) release(pipe.stage);
-            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kKBlocksPerCta)
+            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count())
               promote(accum[0], sc, first.value, final_accum[w], Constant<decltype(is_first)::value && kAssignFirst>());
           }
           pipe.advance();
         };
         k_block(Constant<1>(), 0);
-        for (uint32_t kb = 1; kb < kKBlocksPerCta; ++kb) k_block(Constant<0>(), kb);
+        for (uint32_t kb = 1; kb < kb_count(); ++kb) k_block(Constant<0>(), kb);
       }
     };
 
@@ -512,6 +527,67 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         with_constant<1, kNumScaleGranules>(first_granules, k_loop);
       } else {
         k_loop(RuntimeValue{first_granules});
+      }
+
+      bool store_tile = true;  // false for a piece of a cut tile that did not finish last
+      if constexpr (kTailSplit) {
+        // ---- Tail split: a piece of a cut tile writes its partial sums to its slot (element c * 4 + e of a thread's
+        // sums in float4 chunk c, threads side by side) and counts itself done. The last piece of the tile to finish
+        // adds every piece's sums in piece order, so the result does not depend on which finished last, and stores
+        // the tile. No CTA waits for another.
+        if (FG_EXPERIMENT_TAIL_NO_EXCHANGE && tile.piece >= 0) {
+          store_tile = tile.piece == 0;
+        } else if (tile.piece >= 0) {
+          constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
+          constexpr uint64_t kSlotFloats = uint64_t(BLOCK_M) * BLOCK_N;
+          constexpr uint32_t kAll = static_cast<uint32_t>(NamedBarrier::kMathAll);
+          const uint32_t pieces = uint32_t(args.tail_pieces);
+          const uint32_t piece = uint32_t(tile.piece);
+          const float* slots = args.tail_partials + uint64_t(tile.tail_index) * pieces * kSlotFloats + threadIdx.x * 4;
+          float* my_slot = const_cast<float*>(slots) + piece * kSlotFloats;
+#pragma unroll
+          for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
+            const float* v = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+            ptx::st_global_v4_f32(my_slot + c * kNumMathThreads * 4, v[0], v[1], v[2], v[3]);
+          }
+          ptx::fence_acq_rel_gpu();
+          ptx::named_barrier_sync(kAll, kNumMathThreads);
+          bool last = false;
+          if (threadIdx.x == 0) {
+            uint32_t* counter = args.tail_counters + tile.tail_index;
+            last = ptx::atomic_add_acq_rel_gpu(counter, 1) == pieces - 1;
+            if (last) ptx::st_relaxed_gpu_u32(counter, 0);  // zero for the next call (calls on a stream run in order)
+          }
+          store_tile = __shfl_sync(0xffffffff, uint32_t(ptx::named_barrier_any(kAll, kNumMathThreads, last)), 0) != 0;
+          if (store_tile) {
+            ptx::fence_acq_rel_gpu();
+            // Every piece's sums from the slots, this piece's too (the registers' values, written above): the
+            // registers then hold nothing the loads must wait for. The piece count is a compile-time constant, so
+            // the chunks' loads are independent and go out together.
+            auto add_pieces = [&](auto num_pieces) {
+              constexpr uint32_t kPieces = decltype(num_pieces)::value;
+#pragma unroll
+              for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
+                float* acc = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+                const float* chunk = slots + c * kNumMathThreads * 4;
+                float4 sum = ptx::ld_global_cg_v4_f32(chunk);
+#pragma unroll
+                for (uint32_t j = 1; j < kPieces; ++j) {
+                  const float4 v = ptx::ld_global_cg_v4_f32(chunk + j * kSlotFloats);
+                  sum.x += v.x;
+                  sum.y += v.y;
+                  sum.z += v.z;
+                  sum.w += v.w;
+                }
+                acc[0] = sum.x;
+                acc[1] = sum.y;
+                acc[2] = sum.z;
+                acc[3] = sum.w;
+              }
+            };
+            with_constant<2, kMaxTailPieces>(pieces, add_pieces);
+          }
+        }
       }
 
       if constexpr (kSplitK > 1) {
@@ -547,8 +623,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
-      Epilogue::store(final_accum, smem_d, math_wg, kWaveRows, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile,
-                      args, N);
+      if (store_tile)
+        Epilogue::store(final_accum, smem_d, math_wg, kWaveRows, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile,
+                        args, N);
     }
     // Warpgroup 1 passed the turn after its last batch: take it so the barrier ends balanced.
     if constexpr (kPingPong) {

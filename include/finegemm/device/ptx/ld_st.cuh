@@ -98,6 +98,32 @@ FG_DEVICE void atomic_or_global(uint32_t* ptr, uint32_t bits) {
   asm volatile("red.relaxed.gpu.global.or.b32 [%0], %1;" ::"l"(ptr), "r"(bits) : "memory");
 }
 
+FG_DEVICE void st_global_v4_f32(float* ptr, float a, float b, float c, float d) {
+  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+/// Global load cached in L2 only: L1 is not coherent with other SMs' writes.
+FG_DEVICE float4 ld_global_cg_v4_f32(const float* ptr) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(ptr)
+               : "memory");
+  return v;
+}
+
+/// Adds `v` at gpu scope with acquire-release semantics; returns the previous value.
+FG_DEVICE uint32_t atomic_add_acq_rel_gpu(uint32_t* ptr, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
+  return old;
+}
+
+FG_DEVICE void st_relaxed_gpu_u32(uint32_t* ptr, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
+/// Orders this thread's earlier memory accesses before its later ones as seen by any thread of the GPU.
+FG_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 }  // namespace finegemm::device::ptx
 
 namespace finegemm::device::ptx {

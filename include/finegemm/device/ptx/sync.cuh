@@ -10,6 +10,21 @@ FG_DEVICE void named_barrier_sync(uint32_t id, uint32_t num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+/// bar.red.or on named barrier `id` among `num_threads` threads: waits like named_barrier_sync and returns whether
+/// `pred` held in any of them.
+FG_DEVICE bool named_barrier_any(uint32_t id, uint32_t num_threads, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred p, q;\n"
+      "setp.ne.u32 p, %3, 0;\n"
+      "bar.red.or.pred q, %1, %2, p;\n"
+      "selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(any)
+      : "r"(id), "r"(num_threads), "r"(uint32_t(pred))
+      : "memory");
+  return any != 0;
+}
+
 /// Signals named barrier `id` without waiting (the other side waits with named_barrier_sync).
 FG_DEVICE void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
