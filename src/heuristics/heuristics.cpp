@@ -282,7 +282,7 @@ constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 
 // The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
 // results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
-// global memory cost 15-20 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
+// global memory cost 14-19 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
 // (docs/performance.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
 // process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
 bool tail_split_enabled() {
