@@ -365,7 +365,8 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
   KernelConfig chosen = *best;
   chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_read_by_few_tiles(p, chosen);
   chosen.tail_pieces = tail_pieces_for(p, chosen, hw);
-  chosen.tail_first_tile = chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
+  chosen.tail_first_tile =
+      chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
   return chosen;
 }
 

@@ -44,6 +44,19 @@ class Gpu : public ft::GpuTest {
     ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
   }
 
+  /// What `enqueue` puts on `stream`, captured into an instantiated graph (the caller destroys it).
+  template <class F>
+  static cudaGraphExec_t capture(cudaStream_t stream, F&& enqueue) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    FG_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    enqueue();
+    FG_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);  // the instantiated graph does not need it
+    return exec;
+  }
+
 };
 
 ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t k) {
@@ -207,12 +220,7 @@ TEST_F(Gpu, MaskedGraphReplayWithNewCounts) {
   ft::GemmProblem p(s, opt);
   p.run(false, stream_);  // compile and build the plan outside the capture
   FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  FG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  p.run(false, stream_);
-  FG_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const cudaGraphExec_t exec = capture(stream_, [&] { p.run(false, stream_); });
   const std::vector<std::vector<int32_t>> counts = {{256, 0, 17, 200}, {1, 255, 64, 65}, {0, 0, 0, 129}};
   for (const auto& c : counts) {
     p.set_layout(c, stream_);
@@ -223,7 +231,6 @@ TEST_F(Gpu, MaskedGraphReplayWithNewCounts) {
     EXPECT_TRUE(v.ok) << "masked_m {" << c[0] << "," << c[1] << "," << c[2] << "," << c[3] << "}: " << v.summary;
   }
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST_F(Gpu, ContiguousGraphReplayWithNewIndices) {
@@ -234,12 +241,7 @@ TEST_F(Gpu, ContiguousGraphReplayWithNewIndices) {
   ft::GemmProblem p(s, opt);
   p.run(true, stream_);
   FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  FG_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
-  p.run(true, stream_);
-  FG_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-  FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const cudaGraphExec_t exec = capture(stream_, [&] { p.run(true, stream_); });
   const std::vector<std::vector<int>> splits = {{100, 0, 300, 512}, {0, 0, 0, 1}, {512, 512, 512, 512}};
   for (const auto& split : splits) {
     std::vector<int32_t> idx;
@@ -256,7 +258,6 @@ TEST_F(Gpu, ContiguousGraphReplayWithNewIndices) {
     EXPECT_TRUE(v.ok) << v.summary;
   }
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST_F(Gpu, DeterministicAcrossRuns) {
@@ -351,12 +352,7 @@ TEST_F(Gpu, TailSplitTilesAreCorrectDeterministicAndGraphSafe) {
       p.run(false, s);
       FG_CUDA_CHECK(cudaStreamSynchronize(s));
     }
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    FG_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    p.run(false, s);
-    FG_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    FG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const cudaGraphExec_t exec = capture(s, [&] { p.run(false, s); });
     std::vector<uint16_t> first;
     for (int replay = 0; replay < 3; ++replay) {
       p.poison_output(s);
@@ -370,7 +366,6 @@ TEST_F(Gpu, TailSplitTilesAreCorrectDeterministicAndGraphSafe) {
       EXPECT_TRUE(out == first) << "replay " << replay << " differs";
     }
     cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     FG_CUDA_CHECK(cudaStreamDestroy(s));
   }
 }

@@ -84,7 +84,6 @@ enum class NamedBarrier : uint32_t {
   kMathAll = 5,  // every math thread (tail split: who adds a cut tile's pieces)
 };
 
-
 /// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.
 template <uint32_t kNumStages>
 struct PipelineState {
@@ -383,6 +382,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 
     float accum[kKDepth][BLOCK_N / 2];
     float final_accum[kNumWaves][BLOCK_N / 2];
+    // A thread's sums as float4 chunks, for the exchanges of partial sums (split-K, tail split): chunk c holds
+    // elements c * 4 .. c * 4 + 3 of its waves in order; exchange buffers put the threads' chunks side by side.
+    constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
+    constexpr uint32_t kNumAccumChunks = kNumWaves * kChunksPerWave;
+    auto accum_chunk = [&](uint32_t c) -> float* {
+      return &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+    };
     uint32_t exchange_phase = 0;  // split-K: parity of the partial-sum exchange's current phase
     struct Scales {
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
@@ -531,24 +537,21 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 
       bool store_tile = true;  // false for a piece of a cut tile that did not finish last
       if constexpr (kTailSplit) {
-        // ---- Tail split: a piece of a cut tile writes its partial sums to its slot (element c * 4 + e of a thread's
-        // sums in float4 chunk c, threads side by side) and counts itself done. The last piece of the tile to finish
-        // adds every piece's sums in piece order, so the result does not depend on which finished last, and stores
-        // the tile. No CTA waits for another.
+        // ---- Tail split: a piece of a cut tile writes its partial sums to its slot (chunk by chunk, threads side by
+        // side) and counts itself done. The last piece of the tile to finish adds every piece's sums in piece order,
+        // so the result does not depend on which finished last, and stores the tile. No CTA waits for another.
         if (FG_EXPERIMENT_TAIL_NO_EXCHANGE && tile.piece >= 0) {
           store_tile = tile.piece == 0;
         } else if (tile.piece >= 0) {
-          constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
           constexpr uint64_t kSlotFloats = uint64_t(BLOCK_M) * BLOCK_N;
           constexpr uint32_t kAll = static_cast<uint32_t>(NamedBarrier::kMathAll);
           const uint32_t pieces = uint32_t(args.tail_pieces);
           const uint32_t piece = uint32_t(tile.piece);
-          const float* slots = args.tail_partials + uint64_t(tile.tail_index) * pieces * kSlotFloats + threadIdx.x * 4;
-          float* my_slot = const_cast<float*>(slots) + piece * kSlotFloats;
+          float* slots = args.tail_partials + uint64_t(tile.tail_index) * pieces * kSlotFloats + threadIdx.x * 4;
 #pragma unroll
-          for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
-            const float* v = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
-            ptx::st_global_v4_f32(my_slot + c * kNumMathThreads * 4, v[0], v[1], v[2], v[3]);
+          for (uint32_t c = 0; c < kNumAccumChunks; ++c) {
+            const float* v = accum_chunk(c);
+            ptx::st_global_v4_f32(slots + piece * kSlotFloats + c * kNumMathThreads * 4, v[0], v[1], v[2], v[3]);
           }
           ptx::fence_acq_rel_gpu();
           ptx::named_barrier_sync(kAll, kNumMathThreads);
@@ -561,14 +564,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           store_tile = __shfl_sync(0xffffffff, uint32_t(ptx::named_barrier_any(kAll, kNumMathThreads, last)), 0) != 0;
           if (store_tile) {
             ptx::fence_acq_rel_gpu();
-            // Every piece's sums from the slots, this piece's too (the registers' values, written above): the
-            // registers then hold nothing the loads must wait for. The piece count is a compile-time constant, so
-            // the chunks' loads are independent and go out together.
+            // Every piece's sums from the slots, this piece's too (read back rather than kept in registers, which
+            // spilled). The piece count is a compile-time constant, so the chunks' loads are independent and go out
+            // together.
             auto add_pieces = [&](auto num_pieces) {
               constexpr uint32_t kPieces = decltype(num_pieces)::value;
 #pragma unroll
-              for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
-                float* acc = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+              for (uint32_t c = 0; c < kNumAccumChunks; ++c) {
+                float* acc = accum_chunk(c);
                 const float* chunk = slots + c * kNumMathThreads * 4;
                 float4 sum = ptx::ld_global_cg_v4_f32(chunk);
 #pragma unroll
@@ -594,14 +597,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // ---- Split-K: CTA 1 sends its partial sums into CTA 0's shared memory; CTA 0 adds them (its own first, so
         // the result is deterministic) and stores the tile. Element c * 4 + e of a thread's sums sits in float4
         // chunk c of the exchange buffer, threads side by side (consecutive threads write consecutive 16 bytes).
-        constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
         float* my_chunks = smem_exchange + threadIdx.x * 4;
         if (cta_rank == 1) {
           ptx::mbarrier_wait_cluster_acquire(exchange_empty, exchange_phase ^ 1);  // CTA 0 read the previous tile's
           const uint32_t remote = ptx::mapa_shared(my_chunks, 0);
 #pragma unroll
-          for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
-            const float* v = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+          for (uint32_t c = 0; c < kNumAccumChunks; ++c) {
+            const float* v = accum_chunk(c);
             ptx::st_shared_cluster_v4_f32(remote + c * kNumMathThreads * 16, v[0], v[1], v[2], v[3]);
           }
           ptx::mbarrier_arrive_cluster_release(exchange_full, 0);
@@ -610,9 +612,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         }
         ptx::mbarrier_wait_cluster_acquire(exchange_full, exchange_phase);
 #pragma unroll
-        for (uint32_t c = 0; c < kNumWaves * kChunksPerWave; ++c) {
+        for (uint32_t c = 0; c < kNumAccumChunks; ++c) {
           const float4 v = ptx::ld_shared_v4_f32(my_chunks + c * kNumMathThreads * 4);
-          float* acc = &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
+          float* acc = accum_chunk(c);
           acc[0] += v.x;
           acc[1] += v.y;
           acc[2] += v.z;
