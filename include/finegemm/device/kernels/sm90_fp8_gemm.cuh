@@ -33,6 +33,8 @@
 //  16: with turns, pass the turn once the K block's wgmmas completed instead of right after issuing them
 //  64: one thread issues every TMA load (A, SA and B), as before session 7, instead of B from a second warp
 // 128: tail split without the pieces' partial sums: no slot writes or reads, the tile's piece 0 stores its own sums
+// 256: trace: each CTA prints (device printf) %globaltimer at points of its first tile (results stay right)
+// 512: every thread returns at entry (the launch's own cost)
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
 #endif
@@ -43,6 +45,8 @@
 #define FG_EXPERIMENT_TURN_AFTER_WAIT ((FG_EXPERIMENT & 16) != 0)
 #define FG_EXPERIMENT_ONE_TMA_THREAD ((FG_EXPERIMENT & 64) != 0)
 #define FG_EXPERIMENT_TAIL_NO_EXCHANGE ((FG_EXPERIMENT & 128) != 0)
+#define FG_EXPERIMENT_TRACE ((FG_EXPERIMENT & 256) != 0)
+#define FG_EXPERIMENT_EMPTY ((FG_EXPERIMENT & 512) != 0)
 
 namespace finegemm::device {
 
@@ -81,7 +85,7 @@ enum class NamedBarrier : uint32_t {
   kMathWarpgroup1 = 2,
   kMathTurn0 = 3,
   kMathTurn1 = 4,
-  kMathAll = 5,  // every math thread (tail split: who adds a cut tile's pieces)
+  kMathAll = 5,  // every math thread (tail split: who adds a cut tile's pieces; split-K: the sums were read)
 };
 
 /// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.
@@ -177,6 +181,28 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   float* smem_exchange = reinterpret_cast<float*>(smem + Layout::kOffsetExchange);  // split-K: (BLOCK_M, BLOCK_N) fp32
   constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
 
+  if constexpr (FG_EXPERIMENT_EMPTY) return;
+  // FG_EXPERIMENT 256: times (ns) at points of the CTA's first tile, printed at the end. Slots: 0 entry, 1 setup
+  // done, 2 first stage full (math), 3 first tile's K loop done, 4 its epilogue issued, 5 math done (stores
+  // complete), 6 first A load issued, 7 first B load issued, 8 last A load issued, 9 exit, 10 A's issuer in its
+  // role, 11 it has its first tile, 12 the scale warp's first arrive, 13 math thread 0 in its role, 14 split-K: the
+  // first partial sums sent (CTA 1) or received (CTA 0), 15 CTA 0 released the exchange buffer, 16 A's issuer read
+  // a kernel parameter no earlier code reads, 17 math thread 0 has its first tile.
+  constexpr uint32_t kTraceSlots = 18;
+  __shared__ uint64_t trace[FG_EXPERIMENT_TRACE ? kTraceSlots : 1];
+  auto trace_at = [&](uint32_t slot) {
+    if constexpr (FG_EXPERIMENT_TRACE) trace[slot] = ptx::global_timer();
+  };
+  auto trace_once = [&](uint32_t slot) {
+    if constexpr (FG_EXPERIMENT_TRACE) {
+      if (trace[slot] == 0) trace[slot] = ptx::global_timer();
+    }
+  };
+  if constexpr (FG_EXPERIMENT_TRACE) {
+    if (threadIdx.x < kTraceSlots) trace[threadIdx.x] = 0;
+    if (threadIdx.x == 0) trace_at(0);
+  }
+
   const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
   const uint32_t lane_idx = ptx::lane_id();
   const uint32_t cta_rank = kClusterSize > 1 ? ptx::cluster_cta_rank() : 0;
@@ -192,17 +218,25 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       ptx::mbarrier_init(&empty_barriers[s], kEmptyArrivals);
     }
     if constexpr (kSplitK > 1) {
-      ptx::mbarrier_init(exchange_full, kNumMathThreads);
-      ptx::mbarrier_init(exchange_empty, kNumMathThreads);
+      ptx::mbarrier_init(exchange_full, 1);  // CTA 0's expect_tx; CTA 1's st.async bytes complete it
+      ptx::mbarrier_init(exchange_empty, 1);  // CTA 0's thread 0, once all its math threads read the sums
     }
     ptx::fence_mbarrier_init();
   }
-  if constexpr (kClusterSize > 1) {
+  // Split-K: nothing crosses the cluster until the exchange of partial sums, so the producer starts loading at once
+  // and waits for the peer at its end; the math threads wait once in their role (they wait for data anyway; a
+  // conditional wait here made ptxas spill the K-major producer). With multicast, every thread waits here: loads and
+  // releases reach into the peer.
+  if constexpr (kSplitK > 1) {
+    __syncthreads();
+    ptx::cluster_arrive_relaxed();
+  } else if constexpr (kClusterSize > 1) {
     ptx::cluster_arrive();
     ptx::cluster_wait();
   } else {
     __syncthreads();
   }
+  if (threadIdx.x == 0) trace_at(1);
 
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
   Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK, gridDim.x / kSplitK);
@@ -222,6 +256,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // ---- Register reconfiguration, then producer / math --------------------------------------------------
   if (threadIdx.x >= kNumMathThreads) {
     ptx::setmaxnreg_dec<kProducerRegisters>();
+    if (threadIdx.x == kNumMathThreads) trace_at(10);
     const uint32_t producer_warp = warp_idx - kNumMathWarps;
     PipelineState<kNumStages> pipe;
 
@@ -252,7 +287,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 
     if (producer_warp == 0 && lane_idx == 0) {
       // TMA issuer of A and SA (and of B under FG_EXPERIMENT 64).
+      if constexpr (FG_EXPERIMENT_TRACE) {
+        const int32_t v = args.num_a_rows;
+        asm volatile("" ::"r"(v));
+        trace_at(16);
+      }
       while (scheduler.next(tile)) {
+        trace_once(11);
         const int32_t sa_row_base = (kGemmKind == GemmKind::kGroupedMasked)
                                         ? tile.row_base - tile.group * args.num_rows
                                         : tile.row_base;
@@ -287,6 +328,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
           }
           if constexpr (!kSeparateBIssuer) load_b(tile, pipe.stage, kb);
+          trace_once(6);
+          trace_at(8);
           pipe.advance();
         }
       }
@@ -298,6 +341,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], kBBytes);
           load_b(tile, pipe.stage, kb);
+          trace_once(7);
           pipe.advance();
         }
       }
@@ -338,13 +382,20 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::mbarrier_arrive_on_cp_async_noinc(&full_barriers[pipe.stage]);
             }
             ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
+            if (lane_idx == 0) trace_once(12);
             pipe.advance();
           }
         }
       }
     }
+    if constexpr (kSplitK > 1) {
+      __syncwarp();
+      ptx::cluster_wait();  // the start's cluster barrier (see above)
+    }
   } else {
     ptx::setmaxnreg_inc<kMathRegisters>();
+    if constexpr (kSplitK > 1) ptx::cluster_wait();  // the start's cluster barrier (see above)
+    if (threadIdx.x == 0) trace_at(13);
     const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t wg_thread = threadIdx.x % 128;
     const uint32_t warp_in_wg = warp_idx % 4;
@@ -463,6 +514,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           for (uint32_t d = 0; d < kKDepth; ++d) {
             if (d < count) {
               ptx::mbarrier_wait(&full_barriers[ahead.stage], ahead.phase);
+              if (threadIdx.x == 0) trace_once(2);
               issue_batch(accum[d], ahead.stage, 0);
               ahead.advance();
             }
@@ -487,6 +539,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const uint32_t num_waves = kNumWaves == 1 || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
         auto k_block = [&](auto is_first, const uint32_t kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+          if (threadIdx.x == 0) trace_once(2);
 #pragma unroll
           for (uint32_t w = 0; w < kNumWaves; ++w) {
             if (w >= num_waves) {
@@ -518,6 +571,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     };
 
     while (scheduler.next(tile)) {
+      if (threadIdx.x == 0) trace_once(17);
       // A tile straddling two SB blocks switches scale at column 128 - n_start % 128, a multiple of kScaleGranule.
       const uint32_t first_granules =
           kUniformScaleB ? kNumScaleGranules
@@ -534,6 +588,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       } else {
         k_loop(RuntimeValue{first_granules});
       }
+      if (threadIdx.x == 0) trace_once(3);
 
       bool store_tile = true;  // false for a piece of a cut tile that did not finish last
       if constexpr (kTailSplit) {
@@ -597,20 +652,26 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // ---- Split-K: CTA 1 sends its partial sums into CTA 0's shared memory; CTA 0 adds them (its own first, so
         // the result is deterministic) and stores the tile. Element c * 4 + e of a thread's sums sits in float4
         // chunk c of the exchange buffer, threads side by side (consecutive threads write consecutive 16 bytes).
+        // CTA 1 sends with st.async: each store counts its bytes on CTA 0's exchange_full barrier, which CTA 0 arms
+        // with the total, so no fence or per-thread remote arrive is needed (those took ~1 us a tile).
         float* my_chunks = smem_exchange + threadIdx.x * 4;
+        constexpr uint32_t kExchangeBytes = kNumAccumChunks * kNumMathThreads * 16;
         if (cta_rank == 1) {
           ptx::mbarrier_wait_cluster_acquire(exchange_empty, exchange_phase ^ 1);  // CTA 0 read the previous tile's
           const uint32_t remote = ptx::mapa_shared(my_chunks, 0);
+          const uint32_t remote_full = ptx::mapa_shared(exchange_full, 0);
 #pragma unroll
           for (uint32_t c = 0; c < kNumAccumChunks; ++c) {
             const float* v = accum_chunk(c);
-            ptx::st_shared_cluster_v4_f32(remote + c * kNumMathThreads * 16, v[0], v[1], v[2], v[3]);
+            ptx::st_async_v4_f32(remote + c * kNumMathThreads * 16, v[0], v[1], v[2], v[3], remote_full);
           }
-          ptx::mbarrier_arrive_cluster_release(exchange_full, 0);
+          if (threadIdx.x == 0) trace_once(14);
           exchange_phase ^= 1;
           continue;
         }
+        if (threadIdx.x == 0) ptx::mbarrier_arrive_expect_tx(exchange_full, kExchangeBytes);
         ptx::mbarrier_wait_cluster_acquire(exchange_full, exchange_phase);
+        if (threadIdx.x == 0) trace_once(14);
 #pragma unroll
         for (uint32_t c = 0; c < kNumAccumChunks; ++c) {
           const float4 v = ptx::ld_shared_v4_f32(my_chunks + c * kNumMathThreads * 4);
@@ -620,27 +681,55 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           acc[2] += v.z;
           acc[3] += v.w;
         }
-        ptx::mbarrier_arrive_cluster_release(exchange_empty, 1);
-        exchange_phase ^= 1;
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
       if (store_tile)
         Epilogue::store(final_accum, smem_d, math_wg, kWaveRows, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile,
                         args, N);
+      if (threadIdx.x == 0) trace_once(4);
+      if constexpr (kSplitK > 1) {
+        // CTA 0 frees its exchange buffer once every math thread read its chunks: one remote arrive, after the tile's
+        // store went out (a cluster-scope release took ~0.5 us on an H100; 128 of them, one per thread, longer).
+        ptx::named_barrier_sync(static_cast<uint32_t>(NamedBarrier::kMathAll), kNumMathThreads);
+        if (threadIdx.x == 0) {
+          ptx::mbarrier_arrive_cluster_release(exchange_empty, 1);
+          trace_once(15);
+        }
+        exchange_phase ^= 1;
+      }
     }
     // Warpgroup 1 passed the turn after its last batch: take it so the barrier ends balanced.
     if constexpr (kPingPong) {
       if (math_wg == 0) ptx::named_barrier_sync(my_turn, 256);
     }
     if (wg_thread == 0) ptx::tma_store_wait<0>();
+    // Split-K: CTA 1 leaves once CTA 0 read its last partial sums. That is the last access between the two (CTA 0
+    // waited for every byte CTA 1 sent), so the cluster needs no teardown barrier.
+    if constexpr (kSplitK > 1) {
+      if (cta_rank == 1) ptx::mbarrier_wait_cluster_acquire(exchange_empty, exchange_phase ^ 1);
+    }
+    if (threadIdx.x == 0) trace_at(5);
     if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
   }
 
   // ---- Teardown: no CTA leaves while its peer may still signal its barriers or write its shared memory --------
-  if constexpr (kClusterSize > 1) {
+  if constexpr (kClusterSize > 1 && kSplitK == 1) {
     ptx::cluster_arrive();
     ptx::cluster_wait();
+  }
+  if constexpr (FG_EXPERIMENT_TRACE) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      trace_at(9);
+      const uint64_t t0 = trace[0];
+      auto at = [&](uint32_t i) { return trace[i] == 0 ? -1 : int(trace[i] - t0); };
+      printf(
+          "FGTRACE cta=%d sm=%d t0=%llu setup=%d full=%d kdone=%d epi=%d mathdone=%d a0=%d b0=%d alast=%d exit=%d "
+          "prod=%d tile=%d sb0=%d math=%d xchg=%d xrel=%d arg=%d mtile=%d\n",
+          int(blockIdx.x), int(ptx::sm_id()), (unsigned long long)t0, at(1), at(2), at(3), at(4), at(5), at(6), at(7),
+          at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17));
+    }
   }
 }
 

@@ -14,8 +14,13 @@ FG_DEVICE uint32_t opaque(uint32_t v) {
   return r;
 }
 
-FG_DEVICE void st_shared_cluster_v4_f32(uint32_t remote_addr, float a, float b, float c, float d) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(remote_addr), "f"(a), "f"(b), "f"(c), "f"(d)
+/// Four floats into another CTA's shared memory (a mapa address); their 16 bytes count as completed transactions on
+/// the mbarrier at `remote_bar` in that CTA (st.async: no fence, the mbarrier's phase publishes them).
+FG_DEVICE void st_async_v4_f32(uint32_t remote_addr, float a, float b, float c, float d, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   remote_addr),
+               "r"(__float_as_uint(a)), "r"(__float_as_uint(b)), "r"(__float_as_uint(c)), "r"(__float_as_uint(d)),
+               "r"(remote_bar)
                : "memory");
 }
 

@@ -32,6 +32,9 @@ FG_DEVICE void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
 
 FG_DEVICE void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 
+/// The arrive half of a cluster barrier with no memory ordering (the mbarrier-init fence before it orders the inits).
+FG_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+
 FG_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 FG_DEVICE uint32_t cluster_cta_rank() {
@@ -50,6 +53,20 @@ template <int kRegisters>
 FG_DEVICE void setmaxnreg_dec() {
   static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg takes 24..256, step 8");
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+/// %globaltimer: nanoseconds, shared by all SMs (measurement switches only).
+FG_DEVICE uint64_t global_timer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+
+/// %smid: the SM this CTA runs on (measurement switches only).
+FG_DEVICE uint32_t sm_id() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
 }
 
 FG_DEVICE uint32_t lane_id() {
