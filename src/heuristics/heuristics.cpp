@@ -39,6 +39,11 @@ constexpr int64_t kBlockM256MinKContiguous = 4096;
 // partial-sum exchange) is charged as:
 constexpr double kSplitKOverheadUs = 1.0;
 constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
+// Session 11 (H100) made the exchange cheaper (st.async; 64x2112x7168 11.8 -> 10.9 us) and measured the unsplit
+// 64x16 tiles again: 10.4-10.5 us at 64x2112x7168, where their 132 tiles fill the SMs in one wave, against 10.4 at
+// 64x1536x7168 (96 tiles; split-K 9.4) and 128x576x7168 (split-K 8.0). So split-K is left out when an unsplit
+// 64-row tile at most 32 wide fills at least this share of the SMs in one wave:
+constexpr double kSplitKMaxUnsplitFill = 0.95;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -172,6 +177,16 @@ std::string KernelConfig::kernel_function() const {
   return os.str();
 }
 
+/// The largest share of the SMs that one wave of unsplit 64-row tiles 16 or 32 columns wide fills (0 if none fits).
+double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
+  double best = 0.0;
+  for (int64_t block_n : {16, 32}) {
+    const int64_t tiles = ceil_div(rows, 64) * ceil_div(n, block_n);
+    if (tiles <= num_sms) best = std::max(best, double(tiles) / double(num_sms));
+  }
+  return best;
+}
+
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const HardwareModel& hw) {
   std::vector<Candidate> out;
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
@@ -226,6 +241,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                             "(docs/performance.md, session 6)";
           } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
             cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
+          } else if (split == 2 && unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill &&
+                     forced_config().split != 2) {
+            cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast: docs/performance.md, "
+                            "session 11)";
           } else if (cluster == 2 && split == 1 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
           } else if (cluster == 2 && num_sms < 2) {

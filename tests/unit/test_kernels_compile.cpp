@@ -93,7 +93,18 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
   const std::vector<Problem> problems = seed_problems();
   ASSERT_EQ(problems.size(), 28u) << "data/shapes/deepseek_v3.csv should list the 28 seed shapes";
   std::set<std::string> functions;
-  for (const auto& p : problems) {
+  std::vector<Problem> with_split_k = problems;  // no seed shape picks split-K: two shapes that do
+  for (int64_t n : {1536, 576}) {
+    Problem q;
+    q.kind = GemmKind::kNormal;
+    q.num_groups = 1;
+    q.m = n == 576 ? 128 : 64;
+    q.n = n;
+    q.k = 7168;
+    with_split_k.push_back(q);
+  }
+  size_t split_k_kernels = 0;
+  for (const auto& p : with_split_k) {
     for (bool k_major : {false, true}) {
       Problem q = p;
       q.sa_k_major = k_major;
@@ -120,14 +131,17 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     EXPECT_NE(sass.find("], desc[UR"), std::string::npos) << names[i] << ": no TMA load with a cache policy";
     EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("STSM"), std::string::npos) << names[i];
-    // Split-K kernels (64x2112x7168's pick) send the second CTA's partial sums with st.async, whose bytes complete on
-    // the first CTA's mbarrier (no per-thread fence or remote arrive).
-    if (names[i].size() > 5 && names[i].compare(names[i].size() - 5, 5, ", 2u>") == 0)
+    // Split-K kernels send the second CTA's partial sums with st.async, whose bytes complete on the first CTA's
+    // mbarrier (no per-thread fence or remote arrive).
+    if (names[i].size() > 5 && names[i].compare(names[i].size() - 5, 5, ", 2u>") == 0) {
       EXPECT_NE(sass.find("STAS.128"), std::string::npos) << names[i];
+      ++split_k_kernels;
+    }
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
   }
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+  EXPECT_EQ(split_k_kernels, 4u) << "64x1536x7168 and 128x576x7168, both SA layouts";
 }
 
 // Every BLOCK_M x BLOCK_N the heuristic may pick, with 1, 5 and 56 K blocks (each tail of the in-flight accumulator

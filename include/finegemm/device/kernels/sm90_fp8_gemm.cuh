@@ -223,14 +223,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     }
     ptx::fence_mbarrier_init();
   }
-  // Split-K: nothing crosses the cluster until the exchange of partial sums, so the producer starts loading at once
-  // and waits for the peer at its end; the math threads wait once in their role (they wait for data anyway; a
-  // conditional wait here made ptxas spill the K-major producer). With multicast, every thread waits here: loads and
-  // releases reach into the peer.
-  if constexpr (kSplitK > 1) {
-    __syncthreads();
-    ptx::cluster_arrive_relaxed();
-  } else if constexpr (kClusterSize > 1) {
+  // Every thread waits for the peer here, split-K included. (Split-K's producer could start loading before: nothing
+  // crosses the cluster until the partial sums. Waiting only in the math threads and at the producer's end ran
+  // 0.4-0.5 us faster on an H100, but compute-sanitizer's racecheck then never finished: docs/performance.md,
+  // session 11.)
+  if constexpr (kClusterSize > 1) {
     ptx::cluster_arrive();
     ptx::cluster_wait();
   } else {
@@ -388,13 +385,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         }
       }
     }
-    if constexpr (kSplitK > 1) {
-      __syncwarp();
-      ptx::cluster_wait();  // the start's cluster barrier (see above)
-    }
   } else {
     ptx::setmaxnreg_inc<kMathRegisters>();
-    if constexpr (kSplitK > 1) ptx::cluster_wait();  // the start's cluster barrier (see above)
     if (threadIdx.x == 0) trace_at(13);
     const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t wg_thread = threadIdx.x % 128;

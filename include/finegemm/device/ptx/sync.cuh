@@ -32,9 +32,6 @@ FG_DEVICE void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
 
 FG_DEVICE void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 
-/// The arrive half of a cluster barrier with no memory ordering (the mbarrier-init fence before it orders the inits).
-FG_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-
 FG_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 FG_DEVICE uint32_t cluster_cta_rank() {
