@@ -7,6 +7,9 @@ assigned to the next table row of the log (the shape they ran for). Per shape: t
 entry skew, the span from the first entry to the last exit, and the median over CTAs of every point.
 
   scripts/trace-summary.py bench.log
+
+Use a log of the default (memset) flush: with `--flush read` the calls' CTAs were not told apart by the gap (session
+11: a "call" then spanned ~90 us), not understood.
 """
 import re
 import statistics
