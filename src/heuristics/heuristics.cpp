@@ -177,6 +177,7 @@ std::string KernelConfig::kernel_function() const {
   return os.str();
 }
 
+namespace {
 /// The largest share of the SMs that one wave of unsplit 64-row tiles 16 or 32 columns wide fills (0 if none fits).
 double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
   double best = 0.0;
@@ -186,10 +187,12 @@ double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
   }
   return best;
 }
+}  // namespace
 
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const HardwareModel& hw) {
   std::vector<Candidate> out;
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
+  const bool unsplit_fills_one_wave = unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill;
   for (int block_m : {64, 128, 256}) {
     for (int block_n = kBlockNStep; block_n <= 256; block_n += kBlockNStep) {
       for (int cluster : {1, 2}) {
@@ -241,8 +244,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                             "(docs/performance.md, session 6)";
           } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
             cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
-          } else if (split == 2 && unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill &&
-                     forced_config().split != 2) {
+          } else if (split == 2 && unsplit_fills_one_wave && forced_config().split != 2) {
             cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast: docs/performance.md, "
                             "session 11)";
           } else if (cluster == 2 && split == 1 && !multicast_enabled() && forced_config().cluster != 2) {
@@ -315,9 +317,8 @@ namespace {
 /// writing its fp32 partial sums, and the last piece of a tile reads the others' (all at the SM's L2 rate). The
 /// pieces are few and large (at least 2 K blocks each, at most kTailSlotsPerSm per CTA: the workspace's size).
 constexpr int kMaxTailPieces = int(device::kMaxTailPieces);
-constexpr int64_t kTailSlotsPerCta = 2;
+constexpr int64_t kTailSlotsPerSm = int64_t(device::kTailSlotsPerSm);
 constexpr double kTailMinGain = 0.10;  // of a tile's time: below it the split is not worth its memory traffic
-
 
 double tail_wave_us(const KernelConfig& c, int64_t cut_tiles, int pieces, const HardwareModel& hw) {
   if (pieces == 1) return c.tile_us;
@@ -335,7 +336,7 @@ int tail_pieces_for(const Problem& p, const KernelConfig& c, const HardwareModel
                         k_blocks >= 2 * kMaxTailPieces && cut_tiles > 0;
   if (!eligible) return 1;
   const int forced = forced_config().tail;
-  auto fits = [&](int s) { return s >= 1 && s <= kMaxTailPieces && cut_tiles * s <= kTailSlotsPerCta * c.grid; };
+  auto fits = [&](int s) { return s >= 1 && s <= kMaxTailPieces && cut_tiles * s <= kTailSlotsPerSm * c.grid; };
   if (forced > 0) return fits(forced) ? forced : 1;
   if (!tail_split_enabled()) return 1;
   int best = 1;

@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "finegemm/device/common/gemm_layout.cuh"
 #include "jit/driver.hpp"
 #include "jit/embedded_headers.hpp"
 #include "sass/ffma_interleave.hpp"
@@ -282,7 +283,7 @@ bool Runtime::tail_workspace(int ordinal, CUstream stream, CUdeviceptr* partials
   if (cu.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
     return false;
   TailWorkspace w;
-  if (cu.cuMemAlloc(&w.partials, kTailSlotsPerSm * size_t(sms) * kTailSlotFloats * sizeof(float)) != CUDA_SUCCESS)
+  if (cu.cuMemAlloc(&w.partials, size_t(device::kTailSlotsPerSm) * size_t(sms) * device::kTailSlotFloats * sizeof(float)) != CUDA_SUCCESS)
     return false;
   // Zeroed on the stream itself, so the first kernel that reads the counters runs after.
   if (cu.cuMemAlloc(&w.counters, size_t(sms) * sizeof(uint32_t)) != CUDA_SUCCESS ||

@@ -86,13 +86,11 @@ class Runtime {
   CUdeviceptr error_flags(int ordinal);
   /// Memory where the pieces of tail-split tiles meet (KernelConfig::tail_pieces), one per device and stream so that
   /// GEMMs on different streams never share it (calls on one stream run in order and leave the counters zeroed):
-  /// kTailSlotsPerSm * SMs slots of kTailSlotFloats fp32 (35 MB on an H100) and a counter per SM. Allocated, its
+  /// device::kTailSlotsPerSm * SMs slots of device::kTailSlotFloats fp32 (35 MB on an H100) and a counter per SM. Allocated, its
   /// counters zeroed on `stream`, at the stream's first tail-split call. Returns false (no memory; the caller then
   /// cuts no tile) when that first call comes while the stream is being captured into a CUDA graph, where allocating
   /// is not allowed, or when the allocation fails.
   bool tail_workspace(int ordinal, CUstream stream, CUdeviceptr* partials, CUdeviceptr* counters);
-  static constexpr size_t kTailSlotsPerSm = 2;
-  static constexpr size_t kTailSlotFloats = 256 * 128;  ///< the largest tile (BLOCK_M x BLOCK_N)
 
   JitStats stats() const;
   std::string cache_dir() const { return disk_cache_->enabled() ? disk_cache_->dir() : std::string(); }

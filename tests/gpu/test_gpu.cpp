@@ -57,6 +57,17 @@ class Gpu : public ft::GpuTest {
     return exec;
   }
 
+  /// Runs `problem` again `runs - 1` times (output poisoned before each) and returns the first run whose output
+  /// differs from `first` by a single bit, or 0 when every one matches.
+  int first_differing_run(ft::GemmProblem& problem, const std::vector<uint16_t>& first, int runs) {
+    for (int run = 1; run < runs; ++run) {
+      problem.poison_output(stream_);
+      problem.run(false, stream_);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (problem.download_output() != first) return run;
+    }
+    return 0;
+  }
 };
 
 ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t k) {
@@ -272,12 +283,7 @@ TEST_F(Gpu, DeterministicAcrossRuns) {
     p.run(false, stream_);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const std::vector<uint16_t> first = p.download_output();
-    for (int run = 1; run < 10; ++run) {
-      p.poison_output(stream_);
-      p.run(false, stream_);
-      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      ASSERT_TRUE(p.download_output() == first) << s.describe() << " differs on run " << run;
-    }
+    ASSERT_EQ(first_differing_run(p, first, 10), 0) << s.describe() << " differs on that run";
   }
 }
 
@@ -305,12 +311,7 @@ TEST_F(Gpu, TailSplitTilesAreCorrectDeterministicAndGraphSafe) {
     std::printf("[tail] %-36s %s | %s\n", s.describe().c_str(), config.describe().c_str(), v.summary.c_str());
     EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
     const std::vector<uint16_t> first = p.download_output();
-    for (int run = 1; run < 4; ++run) {
-      p.poison_output(stream_);
-      p.run(false, stream_);
-      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      ASSERT_TRUE(p.download_output() == first) << s.describe() << " differs on run " << run;
-    }
+    ASSERT_EQ(first_differing_run(p, first, 4), 0) << s.describe() << " differs on that run";
   }
 
   // Two streams at once, each with its own workspace.

@@ -76,5 +76,9 @@ FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_
 
 /// Pieces a tile of a tail-split GEMM may be cut into (the host picks 2..kMaxTailPieces).
 inline constexpr uint32_t kMaxTailPieces = 4;
+/// The tail split's workspace (per device and stream): this many slots of partial sums per SM, each holding the
+/// largest tile (BLOCK_M x BLOCK_N fp32); the host cuts at most this many pieces per CTA.
+inline constexpr uint32_t kTailSlotsPerSm = 2;
+inline constexpr uint32_t kTailSlotFloats = 256 * 128;
 
 }  // namespace finegemm::device
