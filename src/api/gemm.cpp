@@ -40,7 +40,7 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
 
 /// Everything a launch depends on, as a flat key.
 struct PlanKey {
-  std::array<uint64_t, 21> words{};
+  std::array<uint64_t, 22> words{};
   bool operator==(const PlanKey& o) const { return words == o.words; }
 };
 
@@ -62,7 +62,7 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
              uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
              p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
              uint64_t(c.a_rows), uint64_t(Runtime::instance().sass_pass_enabled()),
-             uint64_t(heuristics::tail_split_enabled())};
+             uint64_t(heuristics::tail_split_enabled()), uint64_t(heuristics::odd_eighth_block_n_enabled())};
   return k;
 }
 
@@ -144,10 +144,10 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
               sa_outer, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m) / a_split, 1, CU_TENSOR_MAP_SWIZZLE_NONE,
               "cuTensorMapEncodeTiled(SA)");
   }
-  const uint32_t swizzle_bytes = device::epilogue_swizzle_bytes(uint32_t(cfg.block_n));
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.n),
-            uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, swizzle_bytes / 2, device::kWarpgroupRows,
-            swizzle_for_bytes(swizzle_bytes), "cuTensorMapEncodeTiled(D)");
+            uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, device::epilogue_slab_cols(uint32_t(cfg.block_n)),
+            device::kWarpgroupRows, swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n))),
+            "cuTensorMapEncodeTiled(D)");
   args.sb = static_cast<const float*>(c.sb);
   args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
   args.d = static_cast<uint16_t*>(c.d);

@@ -16,7 +16,8 @@ namespace {
 constexpr int kMaxStages = 32;
 constexpr int kMinStages = 3;
 constexpr int kMulticastMinRows = 512;
-constexpr int kBlockNStep = 16;
+constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile reads all of A for 8 columns
+constexpr int kBlockNStep = 8;   // wgmma N, the TMA box and the epilogue (stmatrix x2 for an odd eighth) all allow 8
 // Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
 // to H100 A/B runs of BLOCK_N 96..192 (docs/performance.md).
 constexpr double kMathCriticalCycles = 300.0;
@@ -193,8 +194,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   std::vector<Candidate> out;
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool unsplit_fills_one_wave = unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill;
+  const bool odd_eighths = odd_eighth_block_n_enabled();
+  const int n_step = odd_eighths ? kBlockNStep : 2 * kBlockNStep;  // the BLOCK_N values in use
   for (int block_m : {64, 128, 256}) {
-    for (int block_n = kBlockNStep; block_n <= 256; block_n += kBlockNStep) {
+    for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
       for (int cluster : {1, 2}) {
         for (int variant : {0, 1, 2}) {  // cluster 2: multicast on A, on B, or split-K
           if (cluster == 1 && variant != 0) continue;  // one unclustered variant
@@ -218,8 +221,12 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           // Filters, each with its reason.
           if (block_n > max_block_n(block_m)) {
             cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
-          } else if (block_n > ((p.n + kBlockNStep - 1) / kBlockNStep) * kBlockNStep) {
-            cand.rejected = "BLOCK_N wider than N rounded up to 16 only adds idle columns";
+          } else if (block_n % 16 != 0 && !odd_eighths && forced_config().block_n != block_n) {
+            cand.rejected = "BLOCK_N an odd multiple of 8 measured slower on an H100 than the multiples of 16, even "
+                            "where it fills more SMs (docs/performance.md, session 12; "
+                            "FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1 allows it)";
+          } else if (block_n > ceil_div(p.n, int64_t(n_step)) * n_step) {
+            cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
           } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
             cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
           } else if (block_m == 128 && rows <= 64) {
@@ -239,9 +246,9 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "split-K is for dense GEMMs";
           } else if (split == 2 && ceil_div(p.k, 128) % 2 != 0) {
             cand.rejected = "split-K halves the K blocks: needs an even number of them";
-          } else if (split == 2 && (block_m != 64 || block_n > 32 || p.k < kSplitKMinK)) {
-            cand.rejected = "split-K measured faster only with 64-row tiles up to 32 columns wide, at K=7168 "
-                            "(docs/performance.md, session 6)";
+          } else if (split == 2 && (block_m != 64 || (block_n != 16 && block_n != 32) || p.k < kSplitKMinK)) {
+            cand.rejected = "split-K measured faster only with 64-row tiles 16 or 32 columns wide, at K=7168 "
+                            "(docs/performance.md, sessions 6 and 12)";
           } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
             cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
           } else if (split == 2 && unsplit_fills_one_wave && forced_config().split != 2) {
@@ -257,6 +264,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "multicast pays only with many rows (>= 512)";
           } else if (cluster == 2 && split == 1 && on_a && n_blocks % 2 != 0) {
             cand.rejected = "multicast on A pairs adjacent n-blocks: needs an even number of n-blocks";
+          } else if (cluster == 2 && split == 1 && !on_a && block_n % 16 != 0) {
+            cand.rejected = "multicast on B loads half of B's rows per CTA: needs BLOCK_N a multiple of 16";
           } else if (cluster == 2 && split == 1 && !on_a && p.kind != GemmKind::kNormal) {
             cand.rejected = "multicast on B pairs m-blocks, which may belong to different experts";
           } else if (cluster == 2 && split == 1 && !on_a && m_blocks % 2 != 0) {
@@ -306,6 +315,11 @@ constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 // global memory cost 14-19 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
 // (docs/performance.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
 // process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
+bool odd_eighth_block_n_enabled() {
+  const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
+  return v != nullptr && v[0] == '1';
+}
+
 bool tail_split_enabled() {
   const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
   return v != nullptr && v[0] == '1';

@@ -55,6 +55,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms,
 /// Whether the experimental tail split (KernelConfig::tail_pieces) is on: FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1.
 bool tail_split_enabled();
 
+/// Whether BLOCK_N may be an odd multiple of 8 (24, 40, 56, ...): FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1. The kernel
+/// supports such tiles; the heuristic leaves them out by default because they measured slower (heuristics.cpp).
+bool odd_eighth_block_n_enabled();
+
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
 KernelConfig select_config(const Problem& problem, int num_sms, const HardwareModel& hw = {});
 

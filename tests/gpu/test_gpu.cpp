@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -269,6 +270,60 @@ TEST_F(Gpu, ContiguousGraphReplayWithNewIndices) {
     EXPECT_TRUE(v.ok) << v.summary;
   }
   cudaGraphExecDestroy(exec);
+}
+
+// Tiles whose BLOCK_N is an odd multiple of 8 (24, 40, 56, 72, 136): an unswizzled epilogue tile, a last stmatrix of
+// 8 columns, scale granules of 8 columns. The heuristic picks them only with FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1 (set
+// here); each case is then one it gives such a tile on 132 SMs (checked below), with partial last N tiles, straddled
+// SB blocks, a partial last K block, a moved-up last row block, and both grouped layouts.
+TEST_F(Gpu, OddEighthBlockNs) {
+  setenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N", "1", 1);
+  struct Off {
+    ~Off() { unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N"); }
+  } off;
+  struct Case {
+    ft::ProblemShape shape;
+    std::vector<int> masked_m, expert_rows;
+  };
+  const Case cases[] = {
+      {shape(GemmKind::kNormal, 1, 100, 7232, 2048), {}, {}},   // BM=128 BN=56, partial last N tile
+      {shape(GemmKind::kNormal, 1, 33, 7168, 592), {}, {}},     // BN=56, partial last K block
+      {shape(GemmKind::kNormal, 1, 120, 1544, 7168), {}, {}},   // BN=24, partial last N tile
+      {shape(GemmKind::kNormal, 1, 120, 1536, 7168), {}, {}},   // BN=24
+      {shape(GemmKind::kNormal, 1, 150, 3072, 1536), {}, {}},   // BN=72, last row block moved up
+      {shape(GemmKind::kNormal, 1, 1000, 2112, 7168), {}, {}},  // BM=128 BN=136
+      {shape(GemmKind::kNormal, 1, 500, 576, 7168), {}, {}},    // BN=40
+      {shape(GemmKind::kGroupedMasked, 1, 64, 7168, 2048), {61}, {}},
+      {shape(GemmKind::kGroupedMasked, 1, 128, 3072, 7168), {64}, {}},
+      {shape(GemmKind::kGroupedContiguous, 1, 100, 7168, 2048), {}, {100}},
+      {shape(GemmKind::kGroupedContiguous, 1, 128, 3072, 7168), {}, {117}},
+  };
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(c.shape);
+  precompile(shapes);
+  const int num_sms = fg::get_num_sms();
+  int i = 0, odd = 0;
+  for (const auto& c : cases)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(2100 + i++);
+      opt.masked_m = c.masked_m;
+      opt.expert_rows = c.expert_rows;
+      ft::GemmProblem p(c.shape, opt);
+      fg::Problem problem = ft::problem_of(c.shape, k_major);
+      if (c.shape.kind == GemmKind::kGroupedMasked) problem.m = *std::max_element(c.masked_m.begin(), c.masked_m.end());
+      if (c.shape.kind == GemmKind::kGroupedContiguous) problem.m = p.rows();
+      const std::string config = fg::describe_config(problem, num_sms);
+      const int block_n = std::atoi(config.c_str() + config.find("BN=") + 3);
+      if (block_n % 16 == 8) ++odd;
+      if (num_sms == 132) EXPECT_EQ(block_n % 16, 8) << c.shape.describe() << ": the pick changed: " << config;
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[odd-eighth] %-36s SA %-8s %-44s %s\n", c.shape.describe().c_str(), k_major ? "K-major" : "MN-major",
+                  config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
+      EXPECT_TRUE(v.ok) << c.shape.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n"
+                        << v.summary;
+    }
+  std::printf("[odd-eighth] %d of %d cases ran a BLOCK_N that is an odd multiple of 8\n", odd, i);
 }
 
 TEST_F(Gpu, DeterministicAcrossRuns) {

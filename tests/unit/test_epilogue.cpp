@@ -1,5 +1,7 @@
-// The epilogue's shared output tile: the swizzled offsets of its 16-byte chunks are distinct, and the one-XOR form the
-// kernel uses for each stmatrix address (chunk_offset) equals the full offset computation. Runs on the host.
+// The epilogue's shared output tile: the offsets of its 16-byte chunks are distinct, the 8 rows of each stmatrix matrix
+// fall in distinct bank groups (no conflicts), and the one-XOR form the kernel uses for each stmatrix address
+// (chunk_offset) equals the full offset computation, for swizzled slabs and for the unswizzled tile of a BLOCK_N that
+// is an odd multiple of 8. Runs on the host.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -22,10 +24,20 @@ void check_tile() {
       ASSERT_TRUE(chunks.insert(off).second) << "BM=" << BM << " BN=" << BN << " row " << row << " col " << col;
     }
     for (uint32_t col0 = 0; col0 <= 8; col0 += 8) {
-      for (uint32_t i = 0; i < BN / 16; ++i) {
+      // stmatrix x4 over 16 columns, then (BN an odd multiple of 8) x2 over the last 8, addressed from col0 = 0.
+      for (uint32_t i = 0; i * 16 + col0 < BN; ++i) {
         ASSERT_EQ(Tile::chunk_offset(Tile::offset(row, col0), i), Tile::offset(row, i * 16 + col0))
             << "BM=" << BM << " BN=" << BN << " row " << row << " chunk " << i << " col0 " << col0;
       }
+    }
+  }
+  // One stmatrix matrix: 8 consecutive rows (from a multiple of 8) of one 8-column chunk, 16 bytes each; the 128
+  // bytes land in the 32 banks without conflict when their 16-byte positions within 128 bytes differ.
+  for (uint32_t row0 = 0; row0 < BM; row0 += 8) {
+    for (uint32_t col = 0; col < BN; col += 8) {
+      std::set<uint32_t> bank_groups;
+      for (uint32_t r = 0; r < 8; ++r) bank_groups.insert(Tile::offset(row0 + r, col) / 16 % 8);
+      ASSERT_EQ(bank_groups.size(), 8u) << "BM=" << BM << " BN=" << BN << " rows " << row0 << "+8 col " << col;
     }
   }
 }
@@ -37,8 +49,9 @@ void check_block_ns() {
 
 }  // namespace
 
-TEST(Epilogue, SwizzledChunksAreDistinctAndStmatrixAddressesMatch) {
+TEST(Epilogue, ChunksAreDistinctConflictFreeAndStmatrixAddressesMatch) {
   check_block_ns<64, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256>();
-  check_block_ns<128, 16, 32, 48, 64, 96, 128, 160, 192>();
+  check_block_ns<64, 24, 40, 56, 72, 88, 104, 120, 136, 152, 168, 184, 200, 216, 232, 248>();
+  check_block_ns<128, 16, 24, 32, 48, 56, 64, 72, 96, 128, 136, 160, 192>();
   check_block_ns<256, 64, 128>();
 }

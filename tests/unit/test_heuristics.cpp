@@ -31,7 +31,8 @@ TEST(Heuristics, DeterministicAndWithinLimits) {
         EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k),
                                                                                uint32_t(a.split_k)));
         EXPECT_GE(a.num_stages, 3);
-        EXPECT_EQ(a.block_n % 16, 0);
+        EXPECT_EQ(a.block_n % 8, 0);
+        EXPECT_GE(a.block_n, 16);
         EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : a.block_m == 128 ? 192 : 128);
         EXPECT_LE(a.grid, 132);
         if (a.cluster_size == 2) {
@@ -193,4 +194,26 @@ TEST(Heuristics, TailSplitCutsOnlyAPartialLastWave) {
         EXPECT_EQ(x.cluster_size, 1);
       }
   unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
+}
+
+// BLOCK_N an odd multiple of 8 measured slower (docs/performance.md, session 12): left out unless
+// FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1, which then fills more SMs (64x7168: 128 tiles of 56 columns, not 112 of 64).
+TEST(Heuristics, OddEighthBlockNsOnlyWhenAskedFor) {
+  unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
+  for (int64_t m : {1, 64, 128, 1024, 4096})
+    for (int64_t n : {576, 1536, 2112, 3072, 7168, 24576})
+      for (int64_t k : {512, 2048, 7168}) {
+        const auto c = fh::select_config(dense(m, n, k), 132);
+        EXPECT_EQ(c.block_n % 16, 0) << m << "x" << n << "x" << k << ": " << c.describe();
+      }
+  setenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N", "1", 1);
+  const auto c = fh::select_config(dense(64, 7168, 2048), 132);
+  EXPECT_EQ(c.block_n, 56) << c.describe();
+  EXPECT_EQ(c.num_tiles, 128);
+  // Split-K stays at the widths it was measured with (16 or 32 columns).
+  for (int64_t n : {576, 1536, 1544}) {
+    const auto s = fh::select_config(dense(64, n, 7168), 132);
+    if (s.split_k > 1) EXPECT_TRUE(s.block_n == 16 || s.block_n == 32) << s.describe();
+  }
+  unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
 }

@@ -171,3 +171,40 @@ TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
   ASSERT_FALSE(HasFailure());
   for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
 }
+
+// BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,
+// both SA layouts: no spills, the wgmmas in flight, and the epilogue's last 8 columns through stmatrix x2 into an
+// unswizzled tile stored by TMA.
+TEST(KernelsCompile, OddEighthBlockNsCompileWithoutSpills) {
+  std::vector<std::string> names;
+  for (int block_m : {64, 128}) {
+    for (int block_n = 24; block_n <= (block_m == 64 ? 176 : 192); block_n += 16) {
+      if (128 - std::gcd(block_n, 128) + block_n > 256) continue;  // three SB blocks: rejected by the heuristic
+      for (bool k_major : {false, true}) {
+        finegemm::heuristics::KernelConfig c;
+        c.kind = GemmKind::kNormal;
+        c.n = 7168;
+        c.k = 7168;
+        c.block_m = block_m;
+        c.block_n = block_n;
+        c.num_stages = 4;
+        c.cluster_size = 1;
+        c.multicast_on_a = true;
+        c.sa_k_major = k_major;
+        names.push_back(c.kernel_function());
+      }
+    }
+  }
+  const auto binaries = compile_all(names);
+  ASSERT_FALSE(HasFailure());
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  for (size_t i = 0; i < names.size(); ++i) {
+    expect_clean_log(names[i], *binaries[i]);
+    if (nvdisasm.empty()) continue;
+    const std::string sass = finegemm::test::disassemble(binaries[i]->cubin, nvdisasm);
+    EXPECT_NE(sass.find("STSM.16.M88.2"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  }
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+}

@@ -59,8 +59,15 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
 }
 
 /// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it.
+/// A BLOCK_N that is an odd multiple of 8 is one unswizzled slab (swizzle bytes 0): its rows of BLOCK_N * 2 bytes are
+/// an odd number of 16-byte chunks, so the 8 rows of one stmatrix matrix already fall in distinct banks.
 FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n) {
-  return block_n % 64 == 0 ? 128 : (block_n % 32 == 0 ? 64 : 32);
+  return block_n % 64 == 0 ? 128 : block_n % 32 == 0 ? 64 : block_n % 16 == 0 ? 32 : 0;
+}
+
+/// Columns of one epilogue slab: the TMA store's box width.
+FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) {
+  return epilogue_swizzle_bytes(block_n) == 0 ? block_n : epilogue_swizzle_bytes(block_n) / 2;
 }
 
 /// K blocks a math warpgroup keeps in flight in separate accumulators (1: one accumulator, turns between two

@@ -107,13 +107,15 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
   static_assert(BLOCK_M == 64 || BLOCK_M == 128 || BLOCK_M == 256, "64 rows per math warpgroup and wave");
-  static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 16 in [16, 256]");
+  static_assert(BLOCK_N % 8 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "BLOCK_N: multiple of 8 in [16, 256]");
   static_assert(128 - (BLOCK_N & (~BLOCK_N + 1) & 127 ? (BLOCK_N & (~BLOCK_N + 1)) : 128) + BLOCK_N <= 256,
                 "a tile may span at most two 128-column SB blocks");
   static_assert(N % 8 == 0 && K % 16 == 0, "N % 8 == 0 and K % 16 == 0 (16-byte TMA strides)");
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
-  static_assert(kClusterSize == 1 || !kMulticastOnA || BLOCK_M % (8 * kClusterSize) == 0, "A multicast split");
-  static_assert(kClusterSize == 1 || kMulticastOnA || BLOCK_N % (8 * kClusterSize) == 0, "B multicast split");
+  static_assert(kClusterSize == 1 || kSplitK > 1 || !kMulticastOnA || BLOCK_M % (8 * kClusterSize) == 0,
+                "A multicast split");
+  static_assert(kClusterSize == 1 || kSplitK > 1 || kMulticastOnA || BLOCK_N % (8 * kClusterSize) == 0,
+                "B multicast split");
   static_assert(kSplitK == 1 || (kSplitK == 2 && kClusterSize == 2 && kKind == int(GemmKind::kNormal)),
                 "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
