@@ -87,6 +87,21 @@ void expect_clean_log(const std::string& name, const fj::KernelBinary& b) {
   EXPECT_EQ(b.log.find("warpgroup.wait is injected"), std::string::npos) << name << "\n" << b.log;
 }
 
+/// The kernel function of an unclustered dense GEMM with N=7168 and the given tile, K, stages and SA layout.
+std::string dense_kernel(int block_m, int block_n, int64_t k, int stages, bool sa_k_major) {
+  finegemm::heuristics::KernelConfig c;
+  c.kind = GemmKind::kNormal;
+  c.n = 7168;
+  c.k = k;
+  c.block_m = block_m;
+  c.block_n = block_n;
+  c.num_stages = stages;
+  c.cluster_size = 1;
+  c.multicast_on_a = true;
+  c.sa_k_major = sa_k_major;
+  return c.kernel_function();
+}
+
 }  // namespace
 
 TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
@@ -152,19 +167,7 @@ TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
     for (int block_n = 16; block_n <= (block_m == 64 ? 176 : block_m == 128 ? 192 : 128); block_n += 16) {
       if (block_m == 256 && block_n != 128) continue;  // the heuristic pairs BLOCK_M=256 with BLOCK_N=128 only
       if (128 - std::gcd(block_n, 128) + block_n > 256) continue;  // three SB blocks: rejected by the heuristic
-      for (int64_t k : {128, 576, 7168}) {
-        finegemm::heuristics::KernelConfig c;
-        c.kind = GemmKind::kNormal;
-        c.n = 7168;
-        c.k = k;
-        c.block_m = block_m;
-        c.block_n = block_n;
-        c.num_stages = 3;
-        c.cluster_size = 1;
-        c.multicast_on_a = true;
-        c.sa_k_major = false;
-        names.push_back(c.kernel_function());
-      }
+      for (int64_t k : {128, 576, 7168}) names.push_back(dense_kernel(block_m, block_n, k, 3, false));
     }
   }
   const auto binaries = compile_all(names);
@@ -180,19 +183,7 @@ TEST(KernelsCompile, OddEighthBlockNsCompileWithoutSpills) {
   for (int block_m : {64, 128}) {
     for (int block_n = 24; block_n <= (block_m == 64 ? 176 : 192); block_n += 16) {
       if (128 - std::gcd(block_n, 128) + block_n > 256) continue;  // three SB blocks: rejected by the heuristic
-      for (bool k_major : {false, true}) {
-        finegemm::heuristics::KernelConfig c;
-        c.kind = GemmKind::kNormal;
-        c.n = 7168;
-        c.k = 7168;
-        c.block_m = block_m;
-        c.block_n = block_n;
-        c.num_stages = 4;
-        c.cluster_size = 1;
-        c.multicast_on_a = true;
-        c.sa_k_major = k_major;
-        names.push_back(c.kernel_function());
-      }
+      for (bool k_major : {false, true}) names.push_back(dense_kernel(block_m, block_n, 7168, 4, k_major));
     }
   }
   const auto binaries = compile_all(names);
