@@ -35,4 +35,13 @@ struct GemmArgs {
   uint32_t* tail_counters;    ///< (tail tiles): pieces done; zero between calls (the last piece resets it)
 };
 
+// The scalars read at a tile's start (num_rows .. ld_sa) fill one 64-byte line: they start on a 64-byte boundary of
+// the struct, which the TMA descriptors' 64-byte alignment places on one in the constant bank. (Checked where the
+// host compiler builds this header; NVRTC has no offsetof.)
+#if !defined(__CUDACC_RTC__)
+static_assert(__builtin_offsetof(GemmArgs, num_rows) % 64 == 0 &&
+                  __builtin_offsetof(GemmArgs, ld_sa) + sizeof(int64_t) - __builtin_offsetof(GemmArgs, num_rows) <= 64,
+              "GemmArgs: the first-tile scalars must share one 64-byte line");
+#endif
+
 }  // namespace finegemm::device
