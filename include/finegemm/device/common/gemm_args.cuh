@@ -10,6 +10,7 @@ struct GemmArgs {
   TmaDescriptor tma_b;        ///< B as 2D [G * N, K] fp8, box (128, BLOCK_N / B-multicast split), 128B swizzle
   TmaDescriptor tma_sa;       ///< SA MN-major as 2D [G * KB, M_pad] fp32, box (rows, 1) (unused when SA is K-major)
   TmaDescriptor tma_d;        ///< D as 2D [rows, N] bf16, box (epilogue slab width, 64), swizzled like the smem tile
+  TmaDescriptor tma_a_half;   ///< A like tma_a, box (128, min(a_box_rows, 128)) (gemm_has_a_half_box kernels only)
   // The scalars every role reads at its first tile come first, in one 64-byte line of the constant bank: each line
   // of parameters a thread touches first costs it a constant-cache miss (~200 ns on an H100 at a call's start).
   int32_t num_rows;           ///< M (normal), M_sum (contiguous), M_max (masked)

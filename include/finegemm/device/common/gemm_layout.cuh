@@ -81,6 +81,15 @@ FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_
                           : 1;
 }
 
+/// Whether a kernel also gets a 128-row box of A (GemmArgs::tma_a_half) for the tiles that compute at most 128 rows:
+/// grouped GEMMs with 256-row tiles, whose contiguous blocks split between two experts and masked groups' last rows
+/// make such tiles. With only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one (H100:
+/// 8 experts of 4224 rows, 4 such blocks in 132, 1.2% faster with the half box). Loading every tile as two 128-row boxes
+/// instead made full tiles ~1% slower (docs/performance.md, session 13).
+FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, uint32_t a_split) {
+  return grouped && block_m == 256 && a_split == 1;
+}
+
 /// Pieces a tile of a tail-split GEMM may be cut into (the host picks 2..kMaxTailPieces).
 inline constexpr uint32_t kMaxTailPieces = 4;
 /// The tail split's workspace (per device and stream): this many slots of partial sums per SM, each holding the

@@ -155,6 +155,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // bytes (arrive.expect_tx) before its loads.
   constexpr bool kSeparateBIssuer = !FG_EXPERIMENT_ONE_TMA_THREAD && !FG_EXPERIMENT_NO_LOADS;
   constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
+  // Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box).
+  constexpr bool kAHalfBox = gemm_has_a_half_box(kGemmKind != GemmKind::kNormal, BLOCK_M, kASplit);
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   // The TMA issuers (with their bytes) and the scale warp's lanes; with K-major SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
@@ -212,6 +214,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // ---- Barrier init + fence + cluster sync ----------------------------------------------------------
   if (threadIdx.x == kNumMathThreads) {
     ptx::tma_prefetch_descriptor(&args.tma_a);
+    if constexpr (kAHalfBox) ptx::tma_prefetch_descriptor(&args.tma_a_half);
     ptx::tma_prefetch_descriptor(&args.tma_b);
     if constexpr (!kSaKMajor) ptx::tma_prefetch_descriptor(&args.tma_sa);
     ptx::tma_prefetch_descriptor(&args.tma_d);
@@ -300,7 +303,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // A with fewer rows than BLOCK_M comes in a box of only its rows (rounded up to 8, set on the host): a box
         // reaching many rows past the tensor's end measured up to 28% slower for the whole GEMM (H100,
         // docs/performance.md, session 8). The smem rows left unwritten feed only output rows that are not stored.
-        const uint32_t a_bytes = kASplit == 2 ? kABytes : kABytes - Layout::kABytesPerStage + args.a_box_rows * kBlockK;
+        // Grouped 256-row tiles of at most 128 rows (kAHalfBox) load only those through a box of 128 rows.
+        const bool a_half = kAHalfBox && tile.compute_rows <= int32_t(BLOCK_M / 2);
+        const TmaDescriptor* tma_a = a_half ? &args.tma_a_half : &args.tma_a;
+        const uint32_t a_box_rows = a_half ? min_of(args.a_box_rows, BLOCK_M / 2) : args.a_box_rows;
+        const uint32_t a_bytes = kASplit == 2 ? kABytes : kABytes - Layout::kABytesPerStage + a_box_rows * kBlockK;
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
         for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
@@ -322,7 +329,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::tma_load_2d_multicast(&args.tma_sa, full, sa_dst + cta_rank * kRows,
                                          sa_row_base + int32_t(cta_rank * kRows), sa_kb_base + int32_t(kb), 0b11);
           } else {
-            ptx::tma_load_2d(&args.tma_a, full, a_dst, k_idx, tile.row_base);
+            ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
             if constexpr (!kSaKMajor)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
           }
