@@ -182,6 +182,53 @@ TEST(Scheduler, ContiguousAllPaddingBlocksAndBadIdsAreSkipped) {
   EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorExpertIdOutOfRange));
 }
 
+TEST(Scheduler, CandidateWalkKeepsExactlyTheTilesOfNext) {
+  // The math and scale warps walk candidates (next_candidate) and skip those without work themselves; the TMA issuers
+  // call next(). Both must see the same tiles in the same order, or the pipeline's stages would pair up wrongly.
+  std::vector<int32_t> m_indices;
+  const std::vector<int> counts = {300, 0, 129, 5, 640, 128, 1000};
+  for (int e = 0; e < int(counts.size()); ++e) {
+    const int padded = (counts[size_t(e)] + 127) / 128 * 128;
+    for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
+  }
+  for (int r = 0; r < 384; ++r) m_indices.push_back(-1);  // a worst-case M_sum's unused tail
+  const int rows = int(m_indices.size());
+  const int groups = int(counts.size());
+  auto same_walks = [&](auto make) {
+    for (int ctas : {1, 5, 132}) {
+      for (int cta = 0; cta < ctas; ++cta) {
+        auto by_next = make(cta, ctas);
+        auto by_candidate = make(cta, ctas);
+        fd::Tile a, b;
+        bool has_work = false;
+        int tiles = 0;
+        for (;;) {
+          const bool more_a = by_next.next(a);
+          bool more_b = by_candidate.next_candidate(b, has_work);
+          while (more_b && !has_work) more_b = by_candidate.next_candidate(b, has_work);
+          ASSERT_EQ(more_a, more_b) << "cta " << cta << " of " << ctas << " after " << tiles << " tiles";
+          if (!more_a) break;
+          EXPECT_EQ(a.row_base, b.row_base);
+          EXPECT_EQ(a.n_block, b.n_block);
+          EXPECT_EQ(a.group, b.group);
+          EXPECT_EQ(a.row_limit, b.row_limit);
+          EXPECT_EQ(a.check_rows, b.check_rows);
+          ++tiles;
+        }
+        EXPECT_EQ(by_next.error_bits, by_candidate.error_bits);
+      }
+    }
+  };
+  same_walks([&](int cta, int ctas) {
+    return fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 128, 192, 3, 1, true>(rows, groups, m_indices.data(),
+                                                                                      cta, ctas);
+  });
+  same_walks([&](int cta, int ctas) {
+    return fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 256, 128, 4, 1, true>(rows, groups, m_indices.data(),
+                                                                                      cta, ctas);
+  });
+}
+
 TEST(Scheduler, MaskedVisitsOnlyValidRowsOfEachGroup) {
   const int m_max = 200;
   for (int ctas : {1, 3, 132}) {

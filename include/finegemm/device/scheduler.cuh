@@ -157,50 +157,8 @@ struct TileScheduler {
     if constexpr (kKind == GemmKind::kGroupedMasked) {
       return next_masked(tile);
     } else {
-      const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
-      const int32_t num_tiles = num_m_blocks * kNumNBlocks * (kContiguousHalves ? 2 : 1);
-      const int32_t whole_end = kTailSplit ? min_of(num_tiles, tail_first) : num_tiles;
-      const int32_t num_pieces = kTailSplit ? (num_tiles - whole_end) * tail_pieces : 0;
-      while (next_tile < whole_end || (kTailSplit && next_piece < num_pieces)) {
-        int32_t t = next_tile;
-        if (next_tile < whole_end) {
-          next_tile += tile_stride;
-          if constexpr (kTailSplit) {
-            tile.k_begin = 0;
-            tile.k_end = tail_k_blocks;
-            tile.piece = -1;
-          }
-        } else if constexpr (kTailSplit) {
-          // Piece q is range q / cut_tiles of cut tile q % cut_tiles; its K blocks [j * KB / s, (j + 1) * KB / s).
-          const int32_t cut_tiles = num_tiles - whole_end;
-          const int32_t q = next_piece;
-          next_piece += tile_stride;
-          const int32_t j = q / cut_tiles;
-          tile.tail_index = q - j * cut_tiles;
-          tile.piece = j;
-          tile.k_begin = j * tail_k_blocks / tail_pieces;
-          tile.k_end = (j + 1) * tail_k_blocks / tail_pieces;
-          t = whole_end + tile.tail_index;
-        }
-        const bool second_pass = kContiguousHalves && t >= num_m_blocks * kNumNBlocks;
-        rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
-        tile.row_base = tile.m_block * BLOCK_M;
-        tile.row_limit = BLOCK_M;
-        tile.first_row = 0;
-        if constexpr (kKind == GemmKind::kNormal) {
-          // A last row block that M ends inside moves up to end at row M (when M >= BLOCK_M), rounded up to a row
-          // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
-          // past A (a box reaching far past the end measured up to 28% slower, docs/performance.md, session 8).
-          // The rows it shares with the block before are computed twice and written only by that block.
-          const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
-          if (num_rows >= BLOCK_M && moved_base < tile.row_base) {
-            tile.first_row = tile.row_base - moved_base;
-            tile.row_base = moved_base;
-          }
-        }
-        tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
-        tile.group = 0;
-        tile.check_rows = false;
+      bool second_pass = false;
+      while (take_candidate(tile, second_pass)) {
         if constexpr (kKind == GemmKind::kGroupedContiguous) {
           if (!contiguous_tile(tile, load_probe(tile.row_base), second_pass)) continue;
         }
@@ -208,6 +166,74 @@ struct TileScheduler {
       }
       return false;
     }
+  }
+
+  /// One step of the walk: the next candidate tile (false when there is none left) and whether it has work
+  /// (`has_work` false: a contiguous block of padding, or a 256-row block's second half of the same expert; nothing to
+  /// load or compute). The same tiles as next(), for callers that skip in their own loop: with the skip loop inside
+  /// next(), whose exit depends on loaded m_indices, ptxas gave the math warps of grouped 128-row kernels a K loop with
+  /// the pipeline state in per-thread registers (170 instead of 156 instructions; docs/performance.md, session 13).
+  FG_HOST_DEVICE bool next_candidate(Tile& tile, bool& has_work) {
+    has_work = true;
+    if constexpr (kKind == GemmKind::kGroupedMasked) {
+      return next_masked(tile);
+    } else {
+      bool second_pass = false;
+      if (!take_candidate(tile, second_pass)) return false;
+      if constexpr (kKind == GemmKind::kGroupedContiguous)
+        has_work = contiguous_tile(tile, load_probe(tile.row_base), second_pass);
+      return true;
+    }
+  }
+
+  /// Dense and contiguous walks: the next candidate's index, coordinates and rows (before the contiguous layout's
+  /// probe); false when there is none left.
+  FG_HOST_DEVICE bool take_candidate(Tile& tile, bool& second_pass) {
+    const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
+    const int32_t num_tiles = num_m_blocks * kNumNBlocks * (kContiguousHalves ? 2 : 1);
+    const int32_t whole_end = kTailSplit ? min_of(num_tiles, tail_first) : num_tiles;
+    const int32_t num_pieces = kTailSplit ? (num_tiles - whole_end) * tail_pieces : 0;
+    if (!(next_tile < whole_end || (kTailSplit && next_piece < num_pieces))) return false;
+    int32_t t = next_tile;
+    if (next_tile < whole_end) {
+      next_tile += tile_stride;
+      if constexpr (kTailSplit) {
+        tile.k_begin = 0;
+        tile.k_end = tail_k_blocks;
+        tile.piece = -1;
+      }
+    } else if constexpr (kTailSplit) {
+      // Piece q is range q / cut_tiles of cut tile q % cut_tiles; its K blocks [j * KB / s, (j + 1) * KB / s).
+      const int32_t cut_tiles = num_tiles - whole_end;
+      const int32_t q = next_piece;
+      next_piece += tile_stride;
+      const int32_t j = q / cut_tiles;
+      tile.tail_index = q - j * cut_tiles;
+      tile.piece = j;
+      tile.k_begin = j * tail_k_blocks / tail_pieces;
+      tile.k_end = (j + 1) * tail_k_blocks / tail_pieces;
+      t = whole_end + tile.tail_index;
+    }
+    second_pass = kContiguousHalves && t >= num_m_blocks * kNumNBlocks;
+    rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
+    tile.row_base = tile.m_block * BLOCK_M;
+    tile.row_limit = BLOCK_M;
+    tile.first_row = 0;
+    if constexpr (kKind == GemmKind::kNormal) {
+      // A last row block that M ends inside moves up to end at row M (when M >= BLOCK_M), rounded up to a row
+      // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
+      // past A (a box reaching far past the end measured up to 28% slower, docs/performance.md, session 8).
+      // The rows it shares with the block before are computed twice and written only by that block.
+      const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
+      if (num_rows >= BLOCK_M && moved_base < tile.row_base) {
+        tile.first_row = tile.row_base - moved_base;
+        tile.row_base = moved_base;
+      }
+    }
+    tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
+    tile.group = 0;
+    tile.check_rows = false;
+    return true;
   }
 
   /// Contiguous layout: fills group, rows and check_rows of the tile from its probe; false: nothing to compute.
