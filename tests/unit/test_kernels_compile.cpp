@@ -88,10 +88,10 @@ void expect_clean_log(const std::string& name, const fj::KernelBinary& b) {
   EXPECT_EQ(b.log.find("warpgroup.wait is injected"), std::string::npos) << name << "\n" << b.log;
 }
 
-/// The kernel function of an unclustered dense GEMM with N=7168 and the given tile, K, stages and SA layout.
-std::string dense_kernel(int block_m, int block_n, int64_t k, int stages, bool sa_k_major) {
+/// The kernel function of an unclustered GEMM of `kind` with N=7168 and the given tile, K, stages and SA layout.
+std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int stages, bool sa_k_major = false) {
   finegemm::heuristics::KernelConfig c;
-  c.kind = GemmKind::kNormal;
+  c.kind = kind;
   c.n = 7168;
   c.k = k;
   c.block_m = block_m;
@@ -101,6 +101,10 @@ std::string dense_kernel(int block_m, int block_n, int64_t k, int stages, bool s
   c.multicast_on_a = true;
   c.sa_k_major = sa_k_major;
   return c.kernel_function();
+}
+
+std::string dense_kernel(int block_m, int block_n, int64_t k, int stages, bool sa_k_major) {
+  return kernel_of(GemmKind::kNormal, block_m, block_n, k, stages, sa_k_major);
 }
 
 }  // namespace
@@ -231,19 +235,6 @@ size_t shortest_wgmma_loop(const std::string& sass) {
     if (wgmma && (best == 0 || instrs < best)) best = instrs;
   }
   return best;
-}
-
-std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int stages) {
-  finegemm::heuristics::KernelConfig c;
-  c.kind = kind;
-  c.n = 7168;
-  c.k = k;
-  c.block_m = block_m;
-  c.block_n = block_n;
-  c.num_stages = stages;
-  c.cluster_size = 1;
-  c.multicast_on_a = true;
-  return c.kernel_function();
 }
 
 }  // namespace
