@@ -135,7 +135,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
             CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A)");
   if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), a_split))
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a_half), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
-              uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, std::min(args.a_box_rows, 128u),
+              uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2),
               CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A, half box)");
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, uint64_t(c.k),
             uint64_t(c.n * c.num_groups), uint64_t(c.k), device::kBlockK, uint32_t(cfg.block_n) / b_split,

@@ -48,11 +48,14 @@ constexpr double kSplitKMaxUnsplitFill = 0.95;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
+/// An experimental switch: the environment variable `name` set to 1.
+bool experimental_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] == '1';
+}
+
 bool multicast_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_MULTICAST");
-    return v != nullptr && v[0] == '1';
-  }();
+  static const bool enabled = experimental_switch_on("FINEGEMM_EXPERIMENTAL_MULTICAST");
   return enabled;
 }
 
@@ -315,15 +318,11 @@ constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 // global memory cost 14-19 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
 // (docs/performance.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
 // process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
-bool odd_eighth_block_n_enabled() {
-  const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
-  return v != nullptr && v[0] == '1';
-}
+bool tail_split_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT"); }
 
-bool tail_split_enabled() {
-  const char* v = std::getenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
-  return v != nullptr && v[0] == '1';
-}
+// Odd-eighth BLOCK_N (24, 40, ...) measured slower than the default picks on most shapes (session 12): off unless
+// FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1, read at each plan like the tail split's switch.
+bool odd_eighth_block_n_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N"); }
 
 namespace {
 /// Tail split: the tiles of the last wave cut into `pieces` K ranges, dealt to the CTAs after the whole tiles. Modeled
