@@ -202,6 +202,45 @@ TEST_F(Gpu, GroupedContiguous) {
     }
 }
 
+// Contiguous 256-row tiles: a block's half (at most 128 rows of one expert) runs as a wide tile over two n-blocks
+// (the second B tile in the A stage's free half, wave 1 stored 128 columns to the right). Cases with halves in both
+// scheduler passes, experts of 1 row, empty experts, an odd n-block count (the last half stays narrow), a partial
+// last n-block inside a wide tile and a partial last K block; each a shape the heuristic gives 256x128 tiles on 132
+// SMs (checked below).
+TEST_F(Gpu, ContiguousHalvesAsWideTiles) {
+  struct Case {
+    ft::ProblemShape shape;
+    std::vector<int> expert_rows;
+  };
+  const Case cases[] = {
+      {shape(GemmKind::kGroupedContiguous, 6, 1000, 1408, 7168), {1000, 0, 1300, 128, 1, 2200}},  // 11 n-blocks
+      {shape(GemmKind::kGroupedContiguous, 5, 1500, 1000, 4160), {1500, 1700, 129, 1200, 3000}},  // N, K partial
+      {shape(GemmKind::kGroupedContiguous, 8, 2000, 4096, 7168), {1900, 2300, 2000, 1800, 2200, 2050, 1700, 2100}},
+  };
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(c.shape);
+  precompile(shapes);
+  const int num_sms = fg::get_num_sms();
+  int i = 0;
+  for (const auto& c : cases)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(2400 + i++);
+      opt.expert_rows = c.expert_rows;
+      ft::GemmProblem p(c.shape, opt);
+      fg::Problem problem = ft::problem_of(c.shape, k_major);
+      problem.m = p.rows();
+      const std::string config = fg::describe_config(problem, num_sms);
+      if (num_sms == 132)
+        EXPECT_NE(config.find("BM=256 BN=128"), std::string::npos) << c.shape.describe() << ": the pick changed: " << config;
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[wide-halves] %-36s SA %-8s %-44s %s\n", c.shape.describe().c_str(), k_major ? "K-major" : "MN-major",
+                  config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
+      EXPECT_TRUE(v.ok) << c.shape.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n"
+                        << v.summary;
+    }
+}
+
 TEST_F(Gpu, GroupedMasked) {
   struct Case {
     int groups;

@@ -18,6 +18,7 @@ struct Visit {
   int cta, group, m_block, n_block, row_base, row_limit;
   bool check_rows;
   int first_row;
+  bool wide;
 };
 
 template <fd::GemmKind kKind, int BM, int BN, int NB, int kCluster, bool kOnA>
@@ -27,7 +28,7 @@ std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout
     fd::TileScheduler<kKind, BM, BN, NB, kCluster, kOnA> s(rows, groups, layout, cta, num_ctas);
     fd::Tile t;
     while (s.next(t)) per_cta[size_t(cta)].push_back(
-        {cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows, t.first_row});
+        {cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows, t.first_row, t.wide});
   }
   return per_cta;
 }
@@ -173,6 +174,76 @@ TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
   }
 }
 
+TEST(Scheduler, ContiguousHalvesRunAsWideTilesOverTwoNBlocks) {
+  // 256-row tiles of 128 columns: a half (at most 128 rows of one expert) at an even n-block also covers the next
+  // n-block; the odd n-block's candidate has no work. With an odd number of n-blocks the last one stays narrow.
+  std::vector<int> router(8);
+  uint32_t seed = 777;
+  for (int& c : router) {
+    seed = seed * 1664525u + 1013904223u;
+    c = 500 + int(seed >> 8) % 1001;
+  }
+  for (const std::vector<int>& counts : {std::vector<int>{100, 0, 300, 128, 250}, std::vector<int>{128, 128, 1, 384},
+                                         router}) {
+    std::vector<int32_t> m_indices;
+    for (int e = 0; e < int(counts.size()); ++e) {
+      const int padded = (counts[size_t(e)] + 127) / 128 * 128;
+      for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
+    }
+    const int rows = int(m_indices.size());
+    auto check = [&](auto visits, int num_n_blocks) {
+      std::vector<int> covered(size_t(rows) * size_t(num_n_blocks), 0);
+      int wide_tiles = 0;
+      for (const auto& cta : visits)
+        for (const auto& v : cta) {
+          if (v.wide) {
+            ++wide_tiles;
+            EXPECT_LE(v.row_limit, 128);
+            EXPECT_EQ(v.n_block % 2, 0);
+            EXPECT_LT(v.n_block + 1, num_n_blocks);
+          } else if (v.row_limit <= 128) {
+            EXPECT_EQ(v.n_block, num_n_blocks - 1) << "a half stays narrow only at an odd count's last n-block";
+          }
+          for (int n = v.n_block; n <= v.n_block + int(v.wide); ++n)
+            for (int r = v.row_base; r < std::min(rows, v.row_base + v.row_limit); ++r)
+              if (m_indices[size_t(r)] == v.group) ++covered[size_t(r) * size_t(num_n_blocks) + size_t(n)];
+        }
+      EXPECT_GT(wide_tiles, 0);
+      for (int r = 0; r < rows; ++r)
+        for (int n = 0; n < num_n_blocks; ++n)
+          EXPECT_EQ(covered[size_t(r) * size_t(num_n_blocks) + size_t(n)], m_indices[size_t(r)] >= 0 ? 1 : 0)
+              << "row " << r << " n " << n;
+    };
+    for (int ctas : {1, 3, 132}) {
+      check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 4, 1, true>(rows, int(counts.size()), m_indices.data(),
+                                                                        ctas), 4);
+      check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 5, 1, true>(rows, int(counts.size()), m_indices.data(),
+                                                                        ctas), 5);
+    }
+  }
+}
+
+TEST(Scheduler, ContiguousWideHalvesKeepTheCtasEven) {
+  // 8 experts of 4224 rows (33 blocks of 128): 4 of the 132 256-row blocks hold two experts, and their candidates all
+  // fell to the same 16 of 132 CTAs, which ran 40 tiles (24 full, 16 halves) while the others ran 32. With wide halves
+  // each candidate of such a block holds one wide tile: every CTA runs 32 tiles, and nothing is left for a second pass.
+  std::vector<int32_t> m_indices;
+  for (int e = 0; e < 8; ++e)
+    for (int r = 0; r < 4224; ++r) m_indices.push_back(e);
+  const int rows = int(m_indices.size());
+  const auto visits = walk<fd::GemmKind::kGroupedContiguous, 256, 128, 32, 1, true>(rows, 8, m_indices.data(), 132);
+  size_t fewest = visits[0].size(), most = 0;
+  int wide = 0;
+  for (const auto& cta : visits) {
+    fewest = std::min(fewest, cta.size());
+    most = std::max(most, cta.size());
+    for (const auto& v : cta) wide += v.wide;
+  }
+  EXPECT_EQ(fewest, 32u);
+  EXPECT_EQ(most, 32u);
+  EXPECT_EQ(wide, 4 * 32);  // 4 split blocks x 2 halves x 16 n-block pairs
+}
+
 TEST(Scheduler, ContiguousAllPaddingBlocksAndBadIdsAreSkipped) {
   std::vector<int32_t> m_indices(256, -1);
   for (int r = 128; r < 256; ++r) m_indices[size_t(r)] = 7;  // 7 >= G: out of range
@@ -213,6 +284,7 @@ TEST(Scheduler, CandidateWalkKeepsExactlyTheTilesOfNext) {
           EXPECT_EQ(a.group, b.group);
           EXPECT_EQ(a.row_limit, b.row_limit);
           EXPECT_EQ(a.check_rows, b.check_rows);
+          EXPECT_EQ(a.wide, b.wide);
           ++tiles;
         }
         EXPECT_EQ(by_next.error_bits, by_candidate.error_bits);

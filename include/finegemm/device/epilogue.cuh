@@ -49,7 +49,8 @@ struct EpilogueTile {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   /// Writes the tile's kNumWaves x 64 rows of this warpgroup: wave w holds tile rows w * wave_rows + math_wg * 64 + [0,
-  /// 64). All waves go through stmatrix before the (one) wait for the previous tile's store.
+  /// 64) (in a wide tile, rows math_wg * 64 + [0, 64) of columns w * BLOCK_N + [0, BLOCK_N); shared rows as for
+  /// another tile). All waves go through stmatrix before the (one) wait for the previous tile's store.
   template <uint32_t kNumWaves>
   static FG_DEVICE void store(const float (&acc)[kNumWaves][BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg,
                               uint32_t wave_rows, uint32_t warp_in_wg, uint32_t lane, uint32_t wg_thread,
@@ -83,17 +84,20 @@ struct EpilogueTile {
 
 #pragma unroll
     for (uint32_t w = 0; w < kNumWaves; ++w) {
-      const uint32_t wg_row0 = w * wave_rows + math_wg * kRowsPerWarpgroup;
+      const uint32_t wg_row0 = w * wave_rows + math_wg * kRowsPerWarpgroup;  // in the shared tile
+      // In the output: the tile's row out_row0 and column out_col0 (wide tiles: wave w's n-block).
+      const uint32_t out_row0 = tile.wide ? math_wg * kRowsPerWarpgroup : wg_row0;
+      const uint32_t out_col0 = n_start + (tile.wide ? w * BLOCK_N : 0);
       // This warpgroup's rows [row_lo, row_hi) are the tile's to write.
-      const int32_t row_lo = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.first_row - int32_t(wg_row0)));
-      const int32_t row_hi = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(wg_row0)));
+      const int32_t row_lo = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.first_row - int32_t(out_row0)));
+      const int32_t row_hi = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(out_row0)));
       if (row_lo == 0 && row_hi == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
         // Full rows: TMA clips columns >= N and rows past the tensor.
         if (wg_thread == 0) {
 #pragma unroll
           for (uint32_t slab = 0; slab < kNumSlabs; ++slab)
             ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kSlabRowBytes,
-                              int32_t(n_start + slab * kSlabCols), tile.row_base + int32_t(wg_row0));
+                              int32_t(out_col0 + slab * kSlabCols), tile.row_base + int32_t(out_row0));
         }
       } else if (row_hi > row_lo) {
         // Grouped edge tile or a dense last row block moved up: write only the tile's rows (and, for the contiguous
@@ -102,7 +106,7 @@ struct EpilogueTile {
         // instead of one dependent load per 16-byte chunk.
         uint32_t mine_lo = 0xffffffffu, mine_hi = 0xffffffffu;  // bit r: row wg_row0 + r (+ 32) is this expert's
         if (tile.check_rows) {
-          const int32_t row_lo = tile.row_base + int32_t(wg_row0 + lane);
+          const int32_t row_lo = tile.row_base + int32_t(out_row0 + lane);
           const int32_t row_hi = row_lo + 32;
           const bool lo = row_lo < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_lo) == tile.group;
           const bool hi = row_hi < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_hi) == tile.group;
@@ -114,8 +118,8 @@ struct EpilogueTile {
         for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
           const uint32_t r = uint32_t(row_lo) + c / kChunksPerRow;
           const uint32_t col = (c % kChunksPerRow) * 8;
-          const uint32_t global_col = n_start + col;
-          const int32_t global_row = tile.row_base + int32_t(wg_row0 + r);
+          const uint32_t global_col = out_col0 + col;
+          const int32_t global_row = tile.row_base + int32_t(out_row0 + r);
           if (global_col >= n || global_row >= args.num_a_rows) continue;
           if ((((r < 32 ? mine_lo : mine_hi) >> (r % 32)) & 1u) == 0) continue;
           uint32_t v[4];

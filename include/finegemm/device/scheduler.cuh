@@ -28,6 +28,7 @@ struct Tile {
   int32_t first_row = 0;     ///< rows of the tile before this one belong to another tile and are not written
   int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
+  bool wide = false;         ///< kWideHalves: the tile's (at most 128) rows for n-blocks n_block and n_block + 1
   // Tail-split schedulers only (dense GEMMs): the K blocks [k_begin, k_end) this CTA computes of the tile; for a piece
   // of a cut tile, which piece (-1: the whole tile) and the tile's index among the cut ones.
   int32_t k_begin = 0;
@@ -49,6 +50,14 @@ struct TileScheduler {
   static constexpr bool kPairsAlongM = kClusterSize == 2 && !kMulticastOnA;
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
   static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
+  /// With 128-column tiles (unclustered), a half (at most 128 rows of one expert) is computed for two adjacent
+  /// n-blocks 2p and 2p + 1 at once, as one "wide" tile: the second B tile fills the half of the A stage that the
+  /// half's 128-row box leaves free, so the tile moves a full tile's bytes for a full tile's math. The two candidates
+  /// of a block split between two experts then each take one expert's half over both n-blocks, so every candidate
+  /// holds one full tile's work and no second pass is needed (only for an unpaired last n-block). Before, the halves
+  /// ran one n-block at a time, about 0.65 of a full tile each, and the round robin could give one CTA many of them
+  /// (H100, 8 experts of 4224 rows: 16 CTAs took all 256 halves; docs/performance.md, session 14).
+  static constexpr bool kWideHalves = kContiguousHalves && BLOCK_N == 128 && kClusterSize == 1 && !kTailSplit;
 
   /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
   /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
@@ -190,7 +199,12 @@ struct TileScheduler {
   /// probe); false when there is none left.
   FG_HOST_DEVICE bool take_candidate(Tile& tile, bool& second_pass) {
     const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
-    const int32_t num_tiles = num_m_blocks * kNumNBlocks * (kContiguousHalves ? 2 : 1);
+    // Contiguous 256-row tiles add a second pass over the blocks: all n-blocks, or with wide halves only an unpaired
+    // last one.
+    const int32_t first_pass_tiles = num_m_blocks * kNumNBlocks;
+    const int32_t num_tiles = !kContiguousHalves ? first_pass_tiles
+                              : kWideHalves      ? first_pass_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
+                                                 : 2 * first_pass_tiles;
     const int32_t whole_end = kTailSplit ? min_of(num_tiles, tail_first) : num_tiles;
     const int32_t num_pieces = kTailSplit ? (num_tiles - whole_end) * tail_pieces : 0;
     if (!(next_tile < whole_end || (kTailSplit && next_piece < num_pieces))) return false;
@@ -214,8 +228,13 @@ struct TileScheduler {
       tile.k_end = (j + 1) * tail_k_blocks / tail_pieces;
       t = whole_end + tile.tail_index;
     }
-    second_pass = kContiguousHalves && t >= num_m_blocks * kNumNBlocks;
-    rasterize(second_pass ? t - num_m_blocks * kNumNBlocks : t, num_m_blocks, tile.m_block, tile.n_block);
+    second_pass = kContiguousHalves && t >= first_pass_tiles;
+    if (kWideHalves && second_pass) {
+      tile.m_block = t - first_pass_tiles;
+      tile.n_block = kNumNBlocks - 1;
+    } else {
+      rasterize(second_pass ? t - first_pass_tiles : t, num_m_blocks, tile.m_block, tile.n_block);
+    }
     tile.row_base = tile.m_block * BLOCK_M;
     tile.row_limit = BLOCK_M;
     tile.first_row = 0;
@@ -233,6 +252,7 @@ struct TileScheduler {
     tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
     tile.group = 0;
     tile.check_rows = false;
+    tile.wide = false;
     return true;
   }
 
@@ -241,6 +261,7 @@ struct TileScheduler {
   /// aligned to 128 rows have halves h0 (rows 0-127) and h1 (128-255), each of one expert (or padding): the first pass
   /// computes h0's expert, and h1 too when it is the same expert; the second pass computes h1 alone when its expert
   /// differs, as a tile starting at row 128 of the block (its second wave, past the tile's 128 rows, is skipped).
+  /// kWideHalves: see wide_half().
   FG_HOST_DEVICE bool contiguous_tile(Tile& tile, const Probe& p, bool second_pass) {
     const auto valid = [&](int32_t e) {
       if (e < -1 || e >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
@@ -260,16 +281,41 @@ struct TileScheduler {
         tile.row_limit = both ? BLOCK_M : kHalf;
         tile.compute_rows = min_of(tile.row_limit, num_rows - tile.row_base);
         tile.check_rows = p.first_last != p.first || (both && p.second_last != p.first);
+        if (both) return true;
+        if constexpr (kWideHalves) return wide_half(tile, p, valid(p.second));
         return true;
       }
       if (p.second == p.first || !valid(p.second)) return false;
-      tile.row_base += kHalf;
-      tile.group = p.second;
-      tile.row_limit = kHalf;
-      tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
-      tile.check_rows = p.second_last != p.second;
+      take_second_half(tile, p);
       return true;
     }
+  }
+
+  FG_HOST_DEVICE void take_second_half(Tile& tile, const Probe& p) const {
+    constexpr int32_t kHalf = BLOCK_M / 2;
+    tile.row_base = tile.m_block * BLOCK_M + kHalf;
+    tile.group = p.second;
+    tile.row_limit = kHalf;
+    tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
+    tile.check_rows = p.second_last != p.second;
+  }
+
+  /// kWideHalves, first pass, a block whose halves are not one expert's (the tile holds its first half). Candidates
+  /// 2p and 2p + 1 of the block become wide tiles over both n-blocks: the first half on 2p, the second half (when it
+  /// is an expert's, `second_valid`) on 2p + 1. With the second half padding, one of the two takes the first half,
+  /// alternating with the block and the pair so that such tiles spread over the CTAs. An unpaired last n-block (an
+  /// odd count) keeps the narrow first half here and gets the second half in the second pass.
+  FG_HOST_DEVICE bool wide_half(Tile& tile, const Probe& p, bool second_valid) const {
+    const bool odd = tile.n_block % 2 == 1;
+    if (!odd && tile.n_block + 1 == kNumNBlocks) return true;
+    if (second_valid) {
+      if (odd) take_second_half(tile, p);
+    } else if (odd != (((tile.m_block + tile.n_block / 2) & 1) == 1)) {
+      return false;
+    }
+    tile.n_block &= ~1;
+    tile.wide = true;
+    return true;
   }
 
   FG_HOST_DEVICE bool next_masked(Tile& tile) {

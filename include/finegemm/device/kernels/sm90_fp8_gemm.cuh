@@ -169,6 +169,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
       TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA, kTailSplit>;
+  // Contiguous 256-row kernels run a half (at most 128 rows) as a wide tile over two n-blocks (Tile::wide): A through
+  // the 128-row box into the first half of the A stage, the second n-block's B into the other half. Its wave 1 is
+  // the same rows times that B, with the second SB block's scale, stored 128 columns to the right.
+  constexpr bool kWideTiles = Scheduler::kWideHalves;
+  static_assert(!kWideTiles || (kAHalfBox && BLOCK_N == 128 && kWaveRows == BLOCK_M / 2 &&
+                                Layout::kABytesPerStage == 2 * Layout::kBBytesPerStage),
+                "a wide tile's second B tile fills the A stage's second half");
+  constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -271,11 +279,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t producer_warp = warp_idx - kNumMathWarps;
     PipelineState<kNumStages> pipe;
 
-    auto load_b = [&](const Tile& t, uint32_t stage, uint32_t kb) {
+    // A wide tile's second B tile (`second`) goes to the A stage's second half.
+    auto load_b = [&](const Tile& t, uint32_t stage, uint32_t kb, bool second = false) {
       uint64_t* full = &full_barriers[stage];
-      const int32_t b_row = t.group * int32_t(N) + t.n_block * int32_t(BLOCK_N);
+      const int32_t b_row = t.group * int32_t(N) + (t.n_block + int32_t(second)) * int32_t(BLOCK_N);
       const int32_t k_idx = int32_t(kb * kBlockK);
-      uint8_t* b_dst = smem_b + stage * Layout::kBBytesPerStage;
+      uint8_t* b_dst = second ? smem_a + stage * Layout::kABytesPerStage + kWideBOffset
+                              : smem_b + stage * Layout::kBBytesPerStage;
       // B read by few tiles is loaded evict-first (args.b_evict_first, decided on the host): its lines then
       // replace each other rather than what else the L2 holds (A, which every tile reads; other kernels' lines,
       // written back first when dirty). Otherwise the plain load: a hinted one with an evict-normal policy
@@ -326,7 +336,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             pipe.advance();
             continue;
           }
-          ptx::mbarrier_arrive_expect_tx(full, kSeparateBIssuer ? a_bytes : a_bytes + kBBytes);
+          const uint32_t b_bytes = kWideTiles && tile.wide ? 2 * kBBytes : kBBytes;
+          ptx::mbarrier_arrive_expect_tx(full, kSeparateBIssuer ? a_bytes : a_bytes + b_bytes);
           const int32_t k_idx = int32_t(kb * kBlockK);
           uint8_t* a_dst = smem_a + pipe.stage * Layout::kABytesPerStage;
           float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
@@ -342,7 +353,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (!kSaKMajor)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
           }
-          if constexpr (!kSeparateBIssuer) load_b(tile, pipe.stage, kb);
+          if constexpr (!kSeparateBIssuer) {
+            load_b(tile, pipe.stage, kb);
+            if (kWideTiles && tile.wide) load_b(tile, pipe.stage, kb, true);
+          }
           trace_once(6);
           trace_at(8);
           pipe.advance();
@@ -351,11 +365,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     } else if (kSeparateBIssuer && producer_warp == 2 && lane_idx == 0) {
       // TMA issuer of B.
       while (scheduler.next(tile)) {
+        const bool wide = kWideTiles && tile.wide;
 #pragma unroll 1
         for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
-          ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], kBBytes);
+          ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], wide ? 2 * kBBytes : kBBytes);
           load_b(tile, pipe.stage, kb);
+          if (wide) load_b(tile, pipe.stage, kb, true);
           trace_once(7);
           pipe.advance();
         }
@@ -367,7 +383,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         if (!has_work) continue;
         const uint32_t n_start = tile.n_block * BLOCK_N;
         const uint32_t sb_block = n_start / 128;
-        const bool has_second = !kUniformScaleB && sb_block + 1 < kNumSbBlocks && n_start % 128 + BLOCK_N > 128;
+        // The second SB block: a tile straddling two, or a wide tile's second n-block.
+        const bool has_second = (!kUniformScaleB && sb_block + 1 < kNumSbBlocks && n_start % 128 + BLOCK_N > 128) ||
+                                (kWideTiles && tile.wide);
         const float* sb_src = args.sb + (uint64_t(tile.group) * kNumSbBlocks + sb_block) * kNumKBlocks;
         const uint32_t kb_end = kb_first() + kb_count();
         for (uint32_t kb_base = kb_first(); kb_base < kb_end; kb_base += 32) {
@@ -423,6 +441,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t desc_hi = ptx::opaque(static_cast<uint32_t>(desc_a0 >> 32));  // stride, swizzle: same for A, B
     const uint32_t desc_a_lo = ptx::opaque(static_cast<uint32_t>(desc_a0));
     const uint32_t desc_b_lo = ptx::opaque(static_cast<uint32_t>(desc_b0));
+    // Wide tiles: the second B tile's descriptor (in the A stage; not offset by the warpgroup's rows).
+    uint32_t desc_b2_lo = 0;
+    if constexpr (kWideTiles)
+      desc_b2_lo = ptx::opaque(static_cast<uint32_t>(ptx::make_smem_desc_k_major_sw128(smem_a + kWideBOffset)));
     const float* sa_rows = smem_sa + r0;
     // Two ways to keep the tensor pipe busy while a warpgroup promotes (docs/performance.md, session 4):
     // - kKDepth > 1: a warpgroup issues kKDepth K blocks into separate accumulators, then promotes each as it
@@ -456,10 +478,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
 
-    // The four m64nNk32 wgmmas of one stage into acc, as one commit group.
-    auto issue_batch = [&](float (&acc)[BLOCK_N / 2], uint32_t stage, uint32_t wave) {
-      const uint32_t a_lo = desc_a_lo + stage * (Layout::kABytesPerStage >> 4) + wave * ((kWaveRows * kBlockK) >> 4);
-      const uint32_t b_lo = desc_b_lo + stage * (Layout::kBBytesPerStage >> 4);
+    // The four m64nNk32 wgmmas of one stage into acc, as one commit group. Wave 1 of a wide tile (`wide`, a
+    // Constant) multiplies wave 0's rows by the second B tile.
+    auto issue_batch = [&](float (&acc)[BLOCK_N / 2], uint32_t stage, uint32_t wave, auto wide) {
+      constexpr bool kWide = decltype(wide)::value != 0;
+      const uint32_t a_lo =
+          desc_a_lo + stage * (Layout::kABytesPerStage >> 4) + (kWide ? 0 : wave * ((kWaveRows * kBlockK) >> 4));
+      const uint32_t b_lo = kWide && wave == 1 ? desc_b2_lo + stage * (Layout::kABytesPerStage >> 4)
+                                               : desc_b_lo + stage * (Layout::kBBytesPerStage >> 4);
 #pragma unroll
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
       ptx::wgmma_fence();
@@ -470,13 +496,15 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
       ptx::wgmma_commit_group();
     };
-    auto load_scales = [&](uint32_t stage, uint32_t wave) {
-      const float* sa = sa_rows + stage * kSaFloatsPerStage + wave * kWaveRows;
+    auto load_scales = [&](uint32_t stage, uint32_t wave, auto wide) {
+      constexpr bool kWide = decltype(wide)::value != 0;
+      const float* sa = sa_rows + stage * kSaFloatsPerStage + (kWide ? 0 : wave * kWaveRows);
       const float sa0 = ptx::ld_shared_f32(sa);
       const float sa1 = ptx::ld_shared_f32(sa + 8);
       float2 sb = make_float2(0.0f, 0.0f);
       if (lane_idx == 0) sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
-      const float sb0 = __shfl_sync(0xffffffff, sb.x, 0);
+      // A wide tile's wave 1: the second n-block's SB (one SB block per 128-column n-block).
+      const float sb0 = __shfl_sync(0xffffffff, kWide && wave == 1 ? sb.y : sb.x, 0);
       const float sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb.y, 0);
       return Scales{sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
     };
@@ -511,8 +539,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
     };
 
-    // One tile's K loop; `first` carries first_granules, as a compile-time constant (Constant<V>) or not.
-    auto k_loop = [&](auto first) {
+    // One tile's K loop; `first` carries first_granules, as a compile-time constant (Constant<V>) or not; `wide`
+    // (Constant<0 or 1>) whether the tile is wide.
+    auto k_loop = [&](auto first, auto wide) {
       if constexpr (kKDepth > 1) {
         // K blocks in groups of kKDepth (the last group may be shorter), block d of a group into accum[d]: issue
         // all, then wait for each in turn and promote it while the later ones run. Nothing is in flight across the
@@ -526,14 +555,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if (d < count) {
               ptx::mbarrier_wait(&full_barriers[ahead.stage], ahead.phase);
               if (threadIdx.x == 0) trace_once(2);
-              issue_batch(accum[d], ahead.stage, 0);
+              issue_batch(accum[d], ahead.stage, 0, wide);
               ahead.advance();
             }
           }
 #pragma unroll
           for (uint32_t d = 0; d < kKDepth; ++d) {
             if (d < count) {
-              const Scales sc = load_scales(pipe.stage, 0);
+              const Scales sc = load_scales(pipe.stage, 0, wide);
               ptx::wgmma_wait_group_at_most(count - 1 - d);
               release(pipe.stage);
               pipe.advance();
@@ -547,7 +576,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       } else {
         // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to
         // compute is skipped (by both warpgroups alike, so the turns stay balanced).
-        const uint32_t num_waves = kNumWaves == 1 || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
+        const uint32_t num_waves =
+            kNumWaves == 1 || decltype(wide)::value || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
         auto k_block = [&](auto is_first, const uint32_t kb) {
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
           if (threadIdx.x == 0) trace_once(2);
@@ -563,10 +593,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               break;
             }
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
-            issue_batch(accum[0], pipe.stage, w);
+            issue_batch(accum[0], pipe.stage, w, wide);
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Read the stage's scales while the tensor cores work, before releasing the stage.
-            const Scales sc = load_scales(pipe.stage, w);
+            const Scales sc = load_scales(pipe.stage, w, wide);
             ptx::wgmma_wait_group<0>();
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
@@ -595,10 +625,23 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
       }
       // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
-      if constexpr (kNumScaleGranules <= kMaxScaleVariants) {
-        with_constant<1, kNumScaleGranules>(first_granules, k_loop);
+      // Wide tiles have a copy of their own.
+      auto k_loops = [&](auto wide) {
+        if constexpr (kNumScaleGranules <= kMaxScaleVariants) {
+          auto k_loop_of = [&](auto first) { k_loop(first, wide); };
+          with_constant<1, kNumScaleGranules>(first_granules, k_loop_of);
+        } else {
+          k_loop(RuntimeValue{first_granules}, wide);
+        }
+      };
+      if constexpr (kWideTiles) {
+        if (tile.wide) {
+          k_loops(Constant<1>());
+        } else {
+          k_loops(Constant<0>());
+        }
       } else {
-        k_loop(RuntimeValue{first_granules});
+        k_loops(Constant<0>());
       }
       if (threadIdx.x == 0) trace_once(3);
 
