@@ -33,6 +33,26 @@ std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout
   return per_cta;
 }
 
+/// m_indices of experts with these row counts, each padded to a multiple of 128 rows with -1.
+std::vector<int32_t> contiguous_layout(const std::vector<int>& counts) {
+  std::vector<int32_t> m_indices;
+  for (int e = 0; e < int(counts.size()); ++e) {
+    const int padded = (counts[size_t(e)] + 127) / 128 * 128;
+    for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
+  }
+  return m_indices;
+}
+
+/// 8 router-like expert sizes (0.5x..1.5x of 1000 rows), fixed by a seeded generator.
+std::vector<int> router_counts(uint32_t seed) {
+  std::vector<int> counts(8);
+  for (int& c : counts) {
+    seed = seed * 1664525u + 1013904223u;
+    c = 500 + int(seed >> 8) % 1001;
+  }
+  return counts;
+}
+
 template <int BM, int BN, int NB, int kCluster, bool kOnA>
 void check_normal(int m, int num_ctas) {
   const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kCluster, kOnA>(m, 1, nullptr, num_ctas);
@@ -115,12 +135,7 @@ TEST(Scheduler, RasterizationKeepsAWaveInABandOfN) {
 
 TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {
   // Experts of 100, 0, 300 and 128 rows, each padded to a multiple of 128.
-  std::vector<int32_t> m_indices;
-  const int counts[] = {100, 0, 300, 128};
-  for (int e = 0; e < 4; ++e) {
-    const int padded = (counts[e] + 127) / 128 * 128;
-    for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[e] ? e : -1);
-  }
+  const std::vector<int32_t> m_indices = contiguous_layout({100, 0, 300, 128});
   const int rows = int(m_indices.size());  // 128 + 0 + 384 + 128 = 640
   const auto visits = walk<fd::GemmKind::kGroupedContiguous, 128, 64, 4, 1, true>(rows, 4, m_indices.data(), 5);
   std::map<std::pair<int, int>, Visit> seen;
@@ -138,20 +153,10 @@ TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {
 
 TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
   // Experts aligned to 128 rows, so a 256-row block may hold two experts: its second half then gets its own tile.
-  // The last set: 8 experts of router-like sizes (0.5x..1.5x of 1000 rows), fixed by a seeded generator.
-  std::vector<int> router(8);
-  uint32_t seed = 12345;
-  for (int& c : router) {
-    seed = seed * 1664525u + 1013904223u;
-    c = 500 + int(seed >> 8) % 1001;
-  }
+  // The last set: 8 experts of router-like sizes.
   for (const std::vector<int>& counts : {std::vector<int>{100, 0, 300, 128, 250}, std::vector<int>{256, 1, 129, 512},
-                                         std::vector<int>{0, 0, 5}, router}) {
-    std::vector<int32_t> m_indices;
-    for (int e = 0; e < int(counts.size()); ++e) {
-      const int padded = (counts[size_t(e)] + 127) / 128 * 128;
-      for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
-    }
+                                         std::vector<int>{0, 0, 5}, router_counts(12345)}) {
+    const std::vector<int32_t> m_indices = contiguous_layout(counts);
     const int rows = int(m_indices.size());
     for (int ctas : {1, 3, 132}) {
       const auto visits =
@@ -177,19 +182,9 @@ TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
 TEST(Scheduler, ContiguousHalvesRunAsWideTilesOverTwoNBlocks) {
   // 256-row tiles of 128 columns: a half (at most 128 rows of one expert) at an even n-block also covers the next
   // n-block; the odd n-block's candidate has no work. With an odd number of n-blocks the last one stays narrow.
-  std::vector<int> router(8);
-  uint32_t seed = 777;
-  for (int& c : router) {
-    seed = seed * 1664525u + 1013904223u;
-    c = 500 + int(seed >> 8) % 1001;
-  }
   for (const std::vector<int>& counts : {std::vector<int>{100, 0, 300, 128, 250}, std::vector<int>{128, 128, 1, 384},
-                                         router}) {
-    std::vector<int32_t> m_indices;
-    for (int e = 0; e < int(counts.size()); ++e) {
-      const int padded = (counts[size_t(e)] + 127) / 128 * 128;
-      for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
-    }
+                                         router_counts(777)}) {
+    const std::vector<int32_t> m_indices = contiguous_layout(counts);
     const int rows = int(m_indices.size());
     auto check = [&](auto visits, int num_n_blocks) {
       std::vector<int> covered(size_t(rows) * size_t(num_n_blocks), 0);
@@ -256,12 +251,8 @@ TEST(Scheduler, ContiguousAllPaddingBlocksAndBadIdsAreSkipped) {
 TEST(Scheduler, CandidateWalkKeepsExactlyTheTilesOfNext) {
   // The math and scale warps walk candidates (next_candidate) and skip those without work themselves; the TMA issuers
   // call next(). Both must see the same tiles in the same order, or the pipeline's stages would pair up wrongly.
-  std::vector<int32_t> m_indices;
   const std::vector<int> counts = {300, 0, 129, 5, 640, 128, 1000};
-  for (int e = 0; e < int(counts.size()); ++e) {
-    const int padded = (counts[size_t(e)] + 127) / 128 * 128;
-    for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
-  }
+  std::vector<int32_t> m_indices = contiguous_layout(counts);
   for (int r = 0; r < 384; ++r) m_indices.push_back(-1);  // a worst-case M_sum's unused tail
   const int rows = int(m_indices.size());
   const int groups = int(counts.size());
