@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck; fails on any
-# report.   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
+# Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, then the CLI on
+# 256-row contiguous tiles (memcheck, racecheck, synccheck); fails on any report. From the repository root:
+#   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
 set -uo pipefail
 BUILD=${1:-build-device}
 OUT_DIR=${2:-.}
@@ -15,4 +16,19 @@ for tool in memcheck racecheck synccheck initcheck; do
   echo "sanitizer $tool: rc=$rc ${errors:-no summary line}"
   [ $rc -eq 0 ] || status=1
 done
+# The 256-row kernel, which the suite's small cases never pick: contiguous shapes forced to 256x128 tiles whose
+# router-like draws hold wide tiles (a block's 128-row half over two n-blocks), both SA layouts.
+if [ -x "$BUILD/finegemm" ]; then
+  for sa in mn k; do
+    for tool in memcheck racecheck synccheck; do
+      log="$OUT_DIR/sanitizer-wide-$tool-$sa.log"
+      FINEGEMM_FORCE_CONFIG=bm=256,bn=128 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$BUILD/finegemm" bench --shapes scripts/ab-shapes/sanitize-wide.csv --iters 1 --sa "$sa" > "$log" 2>&1
+      rc=$?
+      errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
+      echo "sanitizer $tool (256-row wide tiles, SA $sa): rc=$rc ${errors:-no summary line}"
+      [ $rc -eq 0 ] || status=1
+    done
+  done
+fi
 exit $status
