@@ -216,6 +216,8 @@ TEST_F(Gpu, ContiguousHalvesAsWideTiles) {
       {shape(GemmKind::kGroupedContiguous, 6, 1000, 1408, 7168), {1000, 0, 1300, 128, 1, 2200}},  // 11 n-blocks
       {shape(GemmKind::kGroupedContiguous, 5, 1500, 1000, 4160), {1500, 1700, 129, 1200, 3000}},  // N, K partial
       {shape(GemmKind::kGroupedContiguous, 8, 2000, 4096, 7168), {1900, 2300, 2000, 1800, 2200, 2050, 1700, 2100}},
+      // 63 blocks x 32 n-blocks = 2016 tiles: with 132 SMs the last round's 36 tiles run as halves (kTailHalves).
+      {shape(GemmKind::kGroupedContiguous, 8, 2000, 4096, 7168), {1900, 2300, 2000, 1800, 2200, 2050, 1700, 1650}},
   };
   std::vector<ft::ProblemShape> shapes;
   for (const auto& c : cases) shapes.push_back(c.shape);

@@ -186,7 +186,10 @@ TEST(Scheduler, ContiguousHalvesRunAsWideTilesOverTwoNBlocks) {
                                          router_counts(777)}) {
     const std::vector<int32_t> m_indices = contiguous_layout(counts);
     const int rows = int(m_indices.size());
-    auto check = [&](auto visits, int num_n_blocks) {
+    auto check = [&](auto visits, int num_n_blocks, int ctas) {
+      // With an even n-block count, a last round of at most ctas / 2 tiles runs as halves (kTailHalves).
+      const int last_round = (rows + 255) / 256 * num_n_blocks % ctas;
+      const bool halved_last_round = num_n_blocks % 2 == 0 && last_round > 0 && 2 * last_round <= ctas;
       std::vector<int> covered(size_t(rows) * size_t(num_n_blocks), 0);
       int wide_tiles = 0;
       for (const auto& cta : visits)
@@ -196,7 +199,7 @@ TEST(Scheduler, ContiguousHalvesRunAsWideTilesOverTwoNBlocks) {
             EXPECT_LE(v.row_limit, 128);
             EXPECT_EQ(v.n_block % 2, 0);
             EXPECT_LT(v.n_block + 1, num_n_blocks);
-          } else if (v.row_limit <= 128) {
+          } else if (v.row_limit <= 128 && !halved_last_round) {
             EXPECT_EQ(v.n_block, num_n_blocks - 1) << "a half stays narrow only at an odd count's last n-block";
           }
           for (int n = v.n_block; n <= v.n_block + int(v.wide); ++n)
@@ -211,9 +214,55 @@ TEST(Scheduler, ContiguousHalvesRunAsWideTilesOverTwoNBlocks) {
     };
     for (int ctas : {1, 3, 132}) {
       check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 4, 1, true>(rows, int(counts.size()), m_indices.data(),
-                                                                        ctas), 4);
+                                                                        ctas), 4, ctas);
       check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 5, 1, true>(rows, int(counts.size()), m_indices.data(),
-                                                                        ctas), 5);
+                                                                        ctas), 5, ctas);
+    }
+  }
+}
+
+TEST(Scheduler, ContiguousLastRoundRunsAsHalves) {
+  // 256x128 tiles: when the last round of candidates holds at most half as many tiles as there are CTAs, each of
+  // those tiles runs as two 128-row halves on two CTAs. The expert sizes are the bench's draws for the seed shapes
+  // 4x8192x4096x7168 (141 blocks x 32 n-blocks = 4512 tiles: 34 rounds and 24 tiles) and 8x4096x4096x7168 (4384:
+  // 33 rounds and 28).
+  for (const std::vector<int>& counts :
+       {std::vector<int>{11802, 9553, 8360, 6065}, std::vector<int>{2712, 4905, 4036, 2842, 5013, 5720, 5070, 4203}}) {
+    const std::vector<int32_t> m_indices = contiguous_layout(counts);
+    const int rows = int(m_indices.size());
+    const int groups = int(counts.size());
+    const int tiles = (rows + 255) / 256 * 32;
+    for (int ctas : {132, 100, 7}) {
+      const auto visits = walk<fd::GemmKind::kGroupedContiguous, 256, 128, 32, 1, true>(rows, groups, m_indices.data(), ctas);
+      const int last_round = tiles % ctas;
+      const bool halved = last_round > 0 && 2 * last_round <= ctas;
+      std::vector<int> covered(size_t(rows) * 32, 0);
+      double slowest = 0;  // a CTA's tiles, a narrow half counted as 0.65 of a tile
+      int narrow_halves = 0;
+      for (const auto& cta : visits) {
+        double cost = 0;
+        for (const auto& v : cta) {
+          const bool narrow_half = !v.wide && v.row_limit <= 128;
+          narrow_halves += narrow_half;
+          cost += narrow_half ? 0.65 : 1.0;
+          for (int n = v.n_block; n <= v.n_block + int(v.wide); ++n)
+            for (int r = v.row_base; r < std::min(rows, v.row_base + v.row_limit); ++r)
+              if (m_indices[size_t(r)] == v.group) ++covered[size_t(r) * 32 + size_t(n)];
+        }
+        slowest = std::max(slowest, cost);
+      }
+      for (int r = 0; r < rows; ++r)
+        for (int n = 0; n < 32; ++n)
+          ASSERT_EQ(covered[size_t(r) * 32 + size_t(n)], m_indices[size_t(r)] >= 0 ? 1 : 0)
+              << "row " << r << " n " << n << " ctas " << ctas;
+      // Narrow halves only in a halved last round (N / 128 is even: no second pass), two per halved tile of one
+      // expert; then no CTA runs more than its whole rounds and one half.
+      if (!halved) EXPECT_EQ(narrow_halves, 0) << "ctas " << ctas;
+      if (halved) {
+        EXPECT_GT(narrow_halves, 0) << "ctas " << ctas;
+        EXPECT_LE(narrow_halves, 2 * last_round) << "ctas " << ctas;
+        EXPECT_LE(slowest, tiles / ctas + 0.65 + 1e-9) << "ctas " << ctas;
+      }
     }
   }
 }

@@ -58,6 +58,13 @@ struct TileScheduler {
   /// ran one n-block at a time, about 0.65 of a full tile each, and the round robin could give one CTA many of them
   /// (H100, 8 experts of 4224 rows: 16 CTAs took all 256 halves; docs/performance.md, session 14).
   static constexpr bool kWideHalves = kContiguousHalves && BLOCK_N == 128 && kClusterSize == 1 && !kTailSplit;
+  /// With wide halves and an even n-block count (no second pass), when the last round of candidates has at most half
+  /// as many tiles as there are CTAs, each of them becomes two candidates, one per 128-row half (a block of one
+  /// expert: both halves computed; a block split between experts: the first candidate as before, the second without
+  /// work). The CTAs that took a whole tile in the last round then take about 0.65 of one (the cost of a half tile,
+  /// docs/performance.md, session 14): with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles.
+  /// Measured on an H100 (session 15): the two K=7168 contiguous seed draws 0.5-0.7% faster (1% predicted).
+  static constexpr bool kTailHalves = kWideHalves && kNumNBlocks % 2 == 0;
 
   /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
   /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
@@ -96,6 +103,19 @@ struct TileScheduler {
         tile_stride(num_blocks),
         next_tile(block_idx) {
     if constexpr (kKind == GemmKind::kGroupedMasked) group_rows = masked_rows(0);
+  }
+
+  /// kTailHalves: the tiles of the last round that run as halves (0 when that round has more than half as many tiles
+  /// as there are CTAs). Recomputed for each candidate from values the kernel reloads (num_rows and the grid size are
+  /// kernel parameters): computed once and kept through the walk, it took a register that the 256-row kernels with
+  /// K-major SA do not have, and ptxas spilled the walk's position.
+  FG_HOST_DEVICE int32_t halved_last_round(int32_t first_pass_tiles) const {
+    int32_t stride = tile_stride;
+#if defined(__CUDA_ARCH__)
+    asm volatile("" : "+r"(stride));  // keeps the division in the walk (not hoisted out of the tile loop)
+#endif
+    const int32_t last_round = first_pass_tiles % stride;
+    return 2 * last_round <= stride ? last_round : 0;
   }
 
   /// Valid rows of masked group g (clamped to M_max).
@@ -167,9 +187,10 @@ struct TileScheduler {
       return next_masked(tile);
     } else {
       bool second_pass = false;
-      while (take_candidate(tile, second_pass)) {
+      int32_t tail_half = -1;
+      while (take_candidate(tile, second_pass, tail_half)) {
         if constexpr (kKind == GemmKind::kGroupedContiguous) {
-          if (!contiguous_tile(tile, load_probe(tile.row_base), second_pass)) continue;
+          if (!contiguous_tile(tile, load_probe(tile.row_base), second_pass, tail_half)) continue;
         }
         return true;
       }
@@ -188,23 +209,26 @@ struct TileScheduler {
       return next_masked(tile);
     } else {
       bool second_pass = false;
-      if (!take_candidate(tile, second_pass)) return false;
+      int32_t tail_half = -1;
+      if (!take_candidate(tile, second_pass, tail_half)) return false;
       if constexpr (kKind == GemmKind::kGroupedContiguous)
-        has_work = contiguous_tile(tile, load_probe(tile.row_base), second_pass);
+        has_work = contiguous_tile(tile, load_probe(tile.row_base), second_pass, tail_half);
       return true;
     }
   }
 
   /// Dense and contiguous walks: the next candidate's index, coordinates and rows (before the contiguous layout's
   /// probe); false when there is none left.
-  FG_HOST_DEVICE bool take_candidate(Tile& tile, bool& second_pass) {
+  /// `tail_half`: kTailHalves, which half of a last-round tile the candidate is (-1: the whole tile).
+  FG_HOST_DEVICE bool take_candidate(Tile& tile, bool& second_pass, int32_t& tail_half) {
     const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
     // Contiguous 256-row tiles add a second pass over the blocks: all n-blocks, or with wide halves only an unpaired
     // last one.
     const int32_t first_pass_tiles = num_m_blocks * kNumNBlocks;
+    const int32_t halved_tiles = kTailHalves ? halved_last_round(first_pass_tiles) : 0;
     const int32_t num_tiles = !kContiguousHalves ? first_pass_tiles
-                              : kWideHalves      ? first_pass_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
-                                                 : 2 * first_pass_tiles;
+                              : kWideHalves ? first_pass_tiles + halved_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
+                                            : 2 * first_pass_tiles;
     const int32_t whole_end = kTailSplit ? min_of(num_tiles, tail_first) : num_tiles;
     const int32_t num_pieces = kTailSplit ? (num_tiles - whole_end) * tail_pieces : 0;
     if (!(next_tile < whole_end || (kTailSplit && next_piece < num_pieces))) return false;
@@ -227,6 +251,16 @@ struct TileScheduler {
       tile.k_begin = j * tail_k_blocks / tail_pieces;
       tile.k_end = (j + 1) * tail_k_blocks / tail_pieces;
       t = whole_end + tile.tail_index;
+    }
+    tail_half = -1;
+    if constexpr (kTailHalves) {
+      const int32_t tail_start = first_pass_tiles - halved_tiles;
+      if (halved_tiles > 0 && t >= tail_start) {
+        // Candidate j of the last round: half j / halved of tile j % halved of that round.
+        const int32_t j = t - tail_start;
+        tail_half = j >= halved_tiles ? 1 : 0;
+        t = tail_start + (j - tail_half * halved_tiles);
+      }
     }
     second_pass = kContiguousHalves && t >= first_pass_tiles;
     if (kWideHalves && second_pass) {
@@ -262,7 +296,7 @@ struct TileScheduler {
   /// computes h0's expert, and h1 too when it is the same expert; the second pass computes h1 alone when its expert
   /// differs, as a tile starting at row 128 of the block (its second wave, past the tile's 128 rows, is skipped).
   /// kWideHalves: see wide_half().
-  FG_HOST_DEVICE bool contiguous_tile(Tile& tile, const Probe& p, bool second_pass) {
+  FG_HOST_DEVICE bool contiguous_tile(Tile& tile, const Probe& p, bool second_pass, int32_t tail_half) {
     const auto valid = [&](int32_t e) {
       if (e < -1 || e >= num_groups) error_bits |= kErrorExpertIdOutOfRange;
       return e >= 0 && e < num_groups;
@@ -277,6 +311,21 @@ struct TileScheduler {
       if (!second_pass) {
         if (!valid(p.first)) return false;
         const bool both = p.second == p.first;
+        if (kTailHalves && tail_half >= 0) {
+          if (both) {
+            // A last-round block of one expert: this candidate's half alone.
+            if (tail_half == 1) {
+              take_second_half(tile, p);
+            } else {
+              tile.group = p.first;
+              tile.row_limit = kHalf;
+              tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
+              tile.check_rows = p.first_last != p.first;
+            }
+            return true;
+          }
+          if (tail_half == 1) return false;  // a split block: its first candidate works as in other rounds
+        }
         tile.group = p.first;
         tile.row_limit = both ? BLOCK_M : kHalf;
         tile.compute_rows = min_of(tile.row_limit, num_rows - tile.row_base);
