@@ -311,25 +311,18 @@ struct TileScheduler {
       if (!second_pass) {
         if (!valid(p.first)) return false;
         const bool both = p.second == p.first;
-        if (kTailHalves && tail_half >= 0) {
-          if (both) {
-            // A last-round block of one expert: this candidate's half alone.
-            if (tail_half == 1) {
-              take_second_half(tile, p);
-            } else {
-              tile.group = p.first;
-              tile.row_limit = kHalf;
-              tile.compute_rows = min_of(kHalf, num_rows - tile.row_base);
-              tile.check_rows = p.first_last != p.first;
-            }
-            return true;
-          }
-          if (tail_half == 1) return false;  // a split block: its first candidate works as in other rounds
+        if (kTailHalves && tail_half == 1) {
+          // A last-round block of one expert: its second half alone. A split block's first candidate works as in
+          // other rounds, so its second one has nothing to do.
+          if (!both) return false;
+          take_second_half(tile, p);
+          return true;
         }
+        const bool whole = both && tail_half < 0;  // a last-round block of one expert: its first half alone
         tile.group = p.first;
-        tile.row_limit = both ? BLOCK_M : kHalf;
+        tile.row_limit = whole ? BLOCK_M : kHalf;
         tile.compute_rows = min_of(tile.row_limit, num_rows - tile.row_base);
-        tile.check_rows = p.first_last != p.first || (both && p.second_last != p.first);
+        tile.check_rows = p.first_last != p.first || (whole && p.second_last != p.first);
         if (both) return true;
         if constexpr (kWideHalves) return wide_half(tile, p, valid(p.second));
         return true;
