@@ -15,7 +15,7 @@ import re
 import statistics
 import sys
 
-FIELDS = ["setup", "full", "kdone", "epi", "mathdone", "a0", "b0", "alast", "exit", "prod", "tile", "sb0", "math", "xchg", "xrel", "arg", "mtile"]
+FIELDS = ["setup", "full", "kdone", "epi", "mathdone", "a0", "b0", "alast", "exit", "prod", "tile", "sb0", "math", "xchg", "xrel", "arg", "mtile", "mhz"]
 
 
 def calls_of(traces):

@@ -210,9 +210,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       if (trace[slot] == 0) trace[slot] = ptx::global_timer();
     }
   };
+  // Thread 0's clock64 at entry: with %globaltimer at exit, the SM clock's average over the CTA's life (mhz=).
+  [[maybe_unused]] long long trace_clock0 = 0;
   if constexpr (FG_EXPERIMENT_TRACE) {
     if (threadIdx.x < kTraceSlots) trace[threadIdx.x] = 0;
-    if (threadIdx.x == 0) trace_at(0);
+    if (threadIdx.x == 0) {
+      trace_at(0);
+      trace_clock0 = clock64();
+    }
   }
 
   const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
@@ -777,13 +782,15 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     __syncthreads();
     if (threadIdx.x == 0) {
       trace_at(9);
+      const long long clocks = clock64() - trace_clock0;
       const uint64_t t0 = trace[0];
       auto at = [&](uint32_t i) { return trace[i] == 0 ? -1 : int(trace[i] - t0); };
       printf(
           "FGTRACE cta=%d sm=%d t0=%llu setup=%d full=%d kdone=%d epi=%d mathdone=%d a0=%d b0=%d alast=%d exit=%d "
-          "prod=%d tile=%d sb0=%d math=%d xchg=%d xrel=%d arg=%d mtile=%d\n",
+          "prod=%d tile=%d sb0=%d math=%d xchg=%d xrel=%d arg=%d mtile=%d mhz=%d\n",
           int(blockIdx.x), int(ptx::sm_id()), (unsigned long long)t0, at(1), at(2), at(3), at(4), at(5), at(6), at(7),
-          at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17));
+          at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17),
+          int(clocks * 1000 / (long long)(trace[9] - t0 > 0 ? trace[9] - t0 : 1)));
     }
   }
 }
