@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds and runs the wgmma microbenchmarks (docs/performance.md, session 17) on a Hopper GPU:
+#   tools/micro/run.sh [BUILD_DIR]      (default build-micro; nvcc from PATH or /usr/local/cuda/bin)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-build-micro}
+mkdir -p "$out"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+python3 "$here/gen_mma.py" > "$out/micro_mma.cuh"
+for bench in wgmma_smem math_structure; do
+  "$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$out" -o "$out/$bench" "$here/$bench.cu"
+done
+if ! nvidia-smi -L 2>/dev/null | grep -q "H100\|H200\|H800\|H20"; then
+  echo "tools/micro: built in $out; no Hopper GPU here, not run"
+  exit 0
+fi
+"$out/wgmma_smem"
+"$out/math_structure"
