@@ -4,24 +4,11 @@
 // full/empty mbarrier ring as the kernel's (a producer thread that only arrives: no data moves).
 // Prints the tensor rate as a fraction of 4096 fp8 MACs per SM clock.
 // Build and run: tools/micro/run.sh. Results: docs/performance.md, session 17.
-#include <cuda_runtime.h>
-
 #include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "micro_common.cuh"
 #include "micro_mma.cuh"
-
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 namespace {
 
@@ -39,18 +26,8 @@ enum Ring : int {
   kSixStages = 7,    // as kWaitEach with 6 stages instead of 3
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ uint64_t desc_sw128(const void* p) {
-  return uint64_t((smem_u32(p) & 0x3FFFF) >> 4) | (1ull << 16) | (uint64_t(1024 >> 4) << 32) | (1ull << 62);
-}
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred P;\nW: mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n@!P bra W;\n}\n" ::"r"(
-                   smem_u32(bar)),
-               "r"(parity)
-               : "memory");
 }
 __device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
   uint32_t r;

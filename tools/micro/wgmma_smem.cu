@@ -3,42 +3,16 @@
 // while a third warpgroup's thread streams 16 KB bulk copies (global -> shared, as TMA loads do) at a set pace.
 // Prints the tensor rate as a fraction of 4096 fp8 MACs per SM clock, and the copies' bytes per clock.
 // Build and run: tools/micro/run.sh. Results: docs/performance.md, session 17.
-#include <cuda_runtime.h>
-
 #include <algorithm>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "micro_common.cuh"
 #include "micro_mma.cuh"
-
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 namespace {
 
 constexpr int kRingSlots = 4, kSlotBytes = 16384, kIters = 4000;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-/// K-major, 128-byte swizzled operand descriptor (8-row atoms of 1024 bytes).
-__device__ __forceinline__ uint64_t desc_sw128(const void* p) {
-  return uint64_t((smem_u32(p) & 0x3FFFF) >> 4) | (1ull << 16) | (uint64_t(1024 >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred P;\nW: mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n@!P bra W;\n}\n" ::"r"(
-                   smem_u32(bar)),
-               "r"(parity)
-               : "memory");
-}
 
 /// kBHalves: batches alternate between two 128-row halves of B (a 128x256 tile's two waves); otherwise between two
 /// 64-row waves of A (a 256x128 tile). RS loads A's fragments every kAReuse batches.
