@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "micro_common.cuh"
-#include "micro_mma.cuh"
 
 namespace {
 
@@ -26,14 +25,11 @@ enum Ring : int {
   kSixStages = 7,    // as kWaitEach with 6 stages instead of 3
 };
 
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
 __device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
   uint32_t r;
   asm volatile("{\n.reg .pred P;\nmbarrier.test_wait.parity.shared::cta.b64 P, [%1], %2;\nselp.u32 %0, 1, 0, P;\n}\n"
                : "=r"(r)
-               : "r"(smem_u32(bar)), "r"(parity)
+               : "r"(ptx::smem_addr(bar)), "r"(parity)
                : "memory");
   return r != 0;
 }
@@ -50,10 +46,10 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&full[i])), "r"(kRing == kScaleWarp ? 33 : 1));
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(smem_u32(&empty[i])));  // one arrive per math warp
+      ptx::mbarrier_init(&full[i], kRing == kScaleWarp ? 33 : 1);
+      ptx::mbarrier_init(&empty[i], 8);  // one arrive per math warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ptx::fence_mbarrier_init();
   }
   for (int i = threadIdx.x; i < 65536 / 4; i += blockDim.x)
     reinterpret_cast<uint32_t*>(smem)[i] = 0x38383838u ^ (i * 2654435761u & 0x07070707u);
@@ -62,7 +58,7 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
 
   if (wg == 2) {
     // ---- Producer (no loads): waits a stage empty, arrives full; the scale warp also stores a float per lane -------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    ptx::setmaxnreg_dec<40>();
     const int warp = (threadIdx.x - 256) / 32, lane = threadIdx.x % 32;
     auto wait_empty = [&](int it) {
       const int s = it % kStages;
@@ -71,25 +67,25 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
         while (!mbar_test(&empty[s], ((it / kStages) - 1) & 1)) {
         }
       } else {
-        mbar_wait(&empty[s], ((it / kStages) - 1) & 1);
+        ptx::mbarrier_wait(&empty[s], ((it / kStages) - 1) & 1);
       }
     };
     if (kRing != kNoRing && warp == 0 && lane == 0)
       for (int it = 0; it < kIters; ++it) {
         wait_empty(it);
-        mbar_arrive(&full[it % kStages]);
+        ptx::mbarrier_arrive(&full[it % kStages]);
       }
     if (kRing == kScaleWarp && warp == 1)
       for (int it = 0; it < kIters; ++it) {
         wait_empty(it);
         scales[(it % kStages) * 32 + lane] = __ldg(gscales + (it * 32 + lane) % 4096);
-        mbar_arrive(&full[it % kStages]);
+        ptx::mbarrier_arrive(&full[it % kStages]);
       }
     return;
   }
 
   // ---- Math --------------------------------------------------------------------------------------------------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  ptx::setmaxnreg_inc<232>();
   float tmp[N / 2];
   float fin[kWaves][N / 2];
 #pragma unroll
@@ -97,43 +93,43 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) fin[w][i] = 0.f;
   const uint32_t my_turn = 2 + wg, other_turn = 3 - wg;
-  if (kTurns && wg == 1) asm volatile("bar.arrive %0, 256;" ::"r"(other_turn));
-  asm volatile("bar.sync 1, 256;" ::: "memory");
+  if (kTurns && wg == 1) ptx::named_barrier_arrive(other_turn, 256);
+  ptx::named_barrier_sync(1, 256);
   const long long t0 = clock64();
   const int row = (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
   for (int it = 0; it < kIters; ++it) {
     const int s = it % kStages;
     const uint32_t parity = (it / kStages) & 1;
     if (kRing == kWaitEach || kRing == kScaleWarp || kRing == kProducerPolls || kRing == kSixStages)
-      mbar_wait(&full[s], parity);
-    if (kRing == kWaitEarly && it == 0) mbar_wait(&full[0], 0);
+      ptx::mbarrier_wait(&full[s], parity);
+    if (kRing == kWaitEarly && it == 0) ptx::mbarrier_wait(&full[0], 0);
     if (kRing == kProbe)
       while (!mbar_test(&full[s], parity)) {
       }
     if (kRing == kLaneZero) {
-      if (threadIdx.x % 32 == 0) mbar_wait(&full[s], parity);
+      if (threadIdx.x % 32 == 0) ptx::mbarrier_wait(&full[s], parity);
       __syncwarp();
     }
 #pragma unroll
     for (int w = 0; w < kWaves; ++w) {
-      if (kTurns) asm volatile("bar.sync %0, 256;" ::"r"(my_turn) : "memory");
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      const uint64_t da = desc_sw128(smem_a + (wg * 2 + w) * 8192), db = desc_sw128(smem_b);
+      if (kTurns) ptx::named_barrier_sync(my_turn, 256);
+      ptx::wgmma_fence();
+      const uint64_t da = ptx::make_smem_desc_k_major_sw128(smem_a + (wg * 2 + w) * 8192), db = ptx::make_smem_desc_k_major_sw128(smem_b);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) MicroMma<N, false>::run(tmp, da + 2 * k, nullptr, db + 2 * k, k > 0 ? 1u : 0u);
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      if (kTurns) asm volatile("bar.arrive %0, 256;" ::"r"(other_turn) : "memory");
+      for (int k = 0; k < 4; ++k) ptx::WgmmaFp8<N>::mma(da + 2 * k, db + 2 * k, tmp, k > 0 ? 1u : 0u);
+      ptx::wgmma_commit_group();
+      if (kTurns) ptx::named_barrier_arrive(other_turn, 256);
       if (kRing == kWaitEarly && w + 1 == kWaves && it + 1 < kIters)
-        mbar_wait(&full[(it + 1) % kStages], ((it + 1) / kStages) & 1);
+        ptx::mbarrier_wait(&full[(it + 1) % kStages], ((it + 1) / kStages) & 1);
       const float s0 = scales[(it * 7 + w * 64 + row) & 1023], s1 = scales[(it * 7 + w * 64 + row + 8) & 1023];
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (kRing != kNoRing && w + 1 == kWaves && threadIdx.x % 32 == 0) mbar_arrive(&empty[s]);
+      ptx::wgmma_wait_group<0>();
+      if (kRing != kNoRing && w + 1 == kWaves && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&empty[s]);
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) fin[w][i] += tmp[i] * ((i & 2) ? s1 : s0);
     }
   }
   const long long t1 = clock64();
-  if (kTurns && wg == 0) asm volatile("bar.sync %0, 256;" ::"r"(my_turn));
+  if (kTurns && wg == 0) ptx::named_barrier_sync(my_turn, 256);
   float sum = 0.f;
 #pragma unroll
   for (int w = 0; w < kWaves; ++w)

@@ -8,7 +8,7 @@ mkdir -p "$out"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 python3 "$here/gen_mma.py" > "$out/micro_mma.cuh"
 for bench in wgmma_smem math_structure; do
-  "$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$out" -o "$out/$bench" "$here/$bench.cu"
+  "$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$out" -I"$here/../../include" -o "$out/$bench" "$here/$bench.cu"
 done
 if ! nvidia-smi -L 2>/dev/null | grep -q "H100\|H200\|H800\|H20"; then
   echo "tools/micro: built in $out; no Hopper GPU here, not run"

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "micro_common.cuh"
-#include "micro_mma.cuh"
 
 namespace {
 
@@ -26,9 +25,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_smem(const uint8_t* src, int pac
   volatile int* done = reinterpret_cast<volatile int*>(bars + kRingSlots);
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kRingSlots; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bars[i])));
+    for (int i = 0; i < kRingSlots; ++i) ptx::mbarrier_init(&bars[i], 1);
     *done = 0;
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    ptx::fence_mbarrier_init();
   }
   for (int i = threadIdx.x; i < 65536 / 4; i += blockDim.x)
     reinterpret_cast<uint32_t*>(smem)[i] = 0x38383838u ^ (i * 2654435761u & 0x07070707u);  // finite e4m3 values
@@ -42,14 +41,12 @@ __global__ void __launch_bounds__(384, 1) wgmma_smem(const uint8_t* src, int pac
       unsigned long long i = 0;
       while (!*done) {
         const int s = int(i % kRingSlots);
-        if (i >= kRingSlots) mbar_wait(&bars[s], uint32_t((i / kRingSlots - 1) & 1));
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bars[s])),
-                     "r"(kSlotBytes)
-                     : "memory");
+        if (i >= kRingSlots) ptx::mbarrier_wait(&bars[s], uint32_t((i / kRingSlots - 1) & 1));
+        ptx::mbarrier_arrive_expect_tx(&bars[s], kSlotBytes);
         asm volatile(
             "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                smem_u32(ring + s * kSlotBytes)),
-            "l"(src + ((blockIdx.x * 61 + i) % 256) * kSlotBytes), "r"(kSlotBytes), "r"(smem_u32(&bars[s]))
+                ptx::smem_addr(ring + s * kSlotBytes)),
+            "l"(src + ((blockIdx.x * 61 + i) % 256) * kSlotBytes), "r"(kSlotBytes), "r"(ptx::smem_addr(&bars[s]))
             : "memory");
         ++i;
         if (pace > 0) {
@@ -60,7 +57,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_smem(const uint8_t* src, int pac
       }
       const long long t1 = clock64();
       for (unsigned long long j = i > kRingSlots ? i - kRingSlots : 0; j < i; ++j)
-        mbar_wait(&bars[j % kRingSlots], uint32_t((j / kRingSlots) & 1));
+        ptx::mbarrier_wait(&bars[j % kRingSlots], uint32_t((j / kRingSlots) & 1));
       out[blockIdx.x * 4 + 2] = i * kSlotBytes;
       out[blockIdx.x * 4 + 3] = (unsigned long long)(t1 - t0);
     }
@@ -73,7 +70,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_smem(const uint8_t* src, int pac
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
   uint32_t frag[4][4] = {};
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  asm volatile("bar.sync 1, 256;" ::: "memory");
+  ptx::named_barrier_sync(1, 256);
   const long long t0 = clock64();
   for (int it = 0; it < kIters; ++it) {
     const int wave = it & 1;
@@ -87,23 +84,29 @@ __global__ void __launch_bounds__(384, 1) wgmma_smem(const uint8_t* src, int pac
           const int m = lane / 8, row = warp * 16 + (m & 1) * 8 + lane % 8, chunk = 2 * k + (m >> 1);
           asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                        : "=r"(frag[k][0]), "=r"(frag[k][1]), "=r"(frag[k][2]), "=r"(frag[k][3])
-                       : "r"(smem_u32(a + row * 128 + ((chunk ^ (row % 8)) * 16))));
+                       : "r"(ptx::smem_addr(a + row * 128 + ((chunk ^ (row % 8)) * 16))));
         }
       }
     }
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    const uint64_t da = desc_sw128(a), db = desc_sw128(b);
+    ptx::wgmma_fence();
+    const uint64_t da = ptx::make_smem_desc_k_major_sw128(a), db = ptx::make_smem_desc_k_major_sw128(b);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) MicroMma<N, kRS>::run(acc, da + 2 * k, frag[k], db + 2 * k, 1u);
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (kRS) {
+        WgmmaFp8Rs<N>::mma(frag[k], db + 2 * k, acc, 1u);
+      } else {
+        ptx::WgmmaFp8<N>::mma(da + 2 * k, db + 2 * k, acc, 1u);
+      }
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
   }
   const long long t1 = clock64();
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) sum += acc[i];
   if (sum == 12345.f) out[0] = 1;  // the accumulator chain stays live
-  asm volatile("bar.sync 1, 256;" ::: "memory");
+  ptx::named_barrier_sync(1, 256);
   if (threadIdx.x == 0) *done = 1;
   if (threadIdx.x % 128 == 0) out[blockIdx.x * 4 + wg] = (unsigned long long)(t1 - t0);
 }
