@@ -2,8 +2,12 @@
 // one batch of four m64nNk32 wgmmas per wave into one temporary accumulator, wait, then promotion into per-wave
 // running sums (one FFMA per element), with or without alternating turns (named barriers), and with or without a
 // full/empty mbarrier ring as the kernel's (a producer thread that only arrives: no data moves).
-// Prints the tensor rate as a fraction of 4096 fp8 MACs per SM clock.
-// Build and run: tools/micro/run.sh. Results: docs/performance.md, session 17.
+// Prints the tensor rate as a fraction of 4096 fp8 MACs per SM clock; traced variants also print thread 0's clocks per
+// K block in each part of the loop (the clock reads slow the loop down).
+// Caveat (session 18): these loops are not the kernel's. With a barrier in the loop ptxas re-reads the thread index
+// (S2R) and rebuilds the descriptors inside it, in the path to the next issue, so a ring costs more here than in the
+// kernel (there, leaving out the math's full-barrier wait gained 1.4%).
+// Build and run: tools/micro/run.sh. Results: docs/performance.md, sessions 17 and 18.
 #include <algorithm>
 #include <vector>
 
@@ -23,7 +27,24 @@ enum Ring : int {
   kLaneZero = 5,     // lane 0 of each warp waits, then __syncwarp
   kProducerPolls = 6,  // as kWaitEach, the producer polling test_wait on empty instead of try_wait
   kSixStages = 7,    // as kWaitEach with 6 stages instead of 3
+  kWaitDone = 8,     // every math thread waits a phase that has already completed; no producer, no release
+  kArriveOnly = 9,   // the math warps release (arrive on empty) but never wait full; no producer
+  kIdleProducer = 10,  // no ring, but a producer thread stays resident, waiting for the math to end
+  kWarpZeroWaits = 11,  // warp 0 of each warpgroup waits full; the turn's bar.sync holds the other three warps
+  kWarpZeroWaitsGroupRelease = 12,  // as kWarpZeroWaits, and one release per warpgroup (its thread 0)
+  kGroupRelease = 13,  // as kWaitEach, but one release per warpgroup (its thread 0)
+  kNamedFull = 14,     // full signalled by the producer warp on a named barrier per (stage, warpgroup); release as 13
+  kNamedBoth = 15,     // as kNamedFull, and the release too is a named barrier per stage (math arrive, producer sync)
 };
+
+__host__ __device__ constexpr bool group_release(int ring) {
+  return ring == kWarpZeroWaitsGroupRelease || ring == kGroupRelease || ring == kNamedFull;
+}
+__device__ constexpr uint32_t full_named_barrier(int stage, int wg) { return 4 + stage * 2 + wg; }  // 4..9
+__device__ constexpr uint32_t empty_named_barrier(int stage) { return 10 + stage; }                 // 10..12
+
+/// Per-K-block time of the traced thread (thread 0 of each math warpgroup), in SM clocks, summed over the loop.
+enum Segment : int { kSegWait, kSegTurn, kSegIssue, kSegMmaWait, kSegPromote, kSegments };
 
 __device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
   uint32_t r;
@@ -34,8 +55,15 @@ __device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
   return r != 0;
 }
 
-template <int N, int kWaves, bool kTurns, int kRing>
-__global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out, float* sink, const float* gscales) {
+__device__ __forceinline__ uint32_t clock_lo() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(t)::"memory");
+  return t;
+}
+
+template <int N, int kWaves, bool kTurns, int kRing, bool kTrace>
+__global__ void __launch_bounds__(384, 1)
+    math_structure(unsigned long long* out, float* sink, const float* gscales, uint32_t* trace) {
   constexpr int kStages = kRing == kSixStages ? 6 : 3;
   extern __shared__ __align__(1024) uint8_t smem[];
   uint8_t* smem_a = smem;          // 2 warpgroups x 2 waves x 8 KB
@@ -47,7 +75,7 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
       ptx::mbarrier_init(&full[i], kRing == kScaleWarp ? 33 : 1);
-      ptx::mbarrier_init(&empty[i], 8);  // one arrive per math warp
+      ptx::mbarrier_init(&empty[i], group_release(kRing) ? 2 : 8);  // one arrive per math warp or warpgroup
     }
     ptx::fence_mbarrier_init();
   }
@@ -70,7 +98,21 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
         ptx::mbarrier_wait(&empty[s], ((it / kStages) - 1) & 1);
       }
     };
-    if (kRing != kNoRing && warp == 0 && lane == 0)
+    if (kRing == kIdleProducer && warp == 0 && lane == 0) ptx::mbarrier_wait(&full[0], 0);
+    if ((kRing == kNamedFull || kRing == kNamedBoth) && warp == 0) {
+      for (int it = 0; it < kIters; ++it) {
+        const int s = it % kStages;
+        if (kRing == kNamedFull) wait_empty(it);
+        if (kRing == kNamedBoth && it >= kStages) ptx::named_barrier_sync(empty_named_barrier(s), 288);
+        ptx::named_barrier_arrive(full_named_barrier(s, 0), 160);
+        ptx::named_barrier_arrive(full_named_barrier(s, 1), 160);
+      }
+      if (kRing == kNamedBoth)  // the math's last releases
+        for (int it = kIters; it < kIters + kStages; ++it) ptx::named_barrier_sync(empty_named_barrier(it % kStages), 288);
+    }
+    const bool producer_ring = kRing != kNoRing && kRing != kWaitDone && kRing != kArriveOnly && kRing != kIdleProducer &&
+                               kRing != kNamedFull && kRing != kNamedBoth;
+    if (producer_ring && warp == 0 && lane == 0)
       for (int it = 0; it < kIters; ++it) {
         wait_empty(it);
         ptx::mbarrier_arrive(&full[it % kStages]);
@@ -97,11 +139,24 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
   ptx::named_barrier_sync(1, 256);
   const long long t0 = clock64();
   const int row = (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+  uint32_t seg[kSegments] = {};
+  uint32_t tick = clock_lo();
+  auto mark = [&](int segment) {
+    if (kTrace) {
+      const uint32_t now = clock_lo();
+      seg[segment] += now - tick;
+      tick = now;
+    }
+  };
   for (int it = 0; it < kIters; ++it) {
     const int s = it % kStages;
     const uint32_t parity = (it / kStages) & 1;
     if (kRing == kWaitEach || kRing == kScaleWarp || kRing == kProducerPolls || kRing == kSixStages)
       ptx::mbarrier_wait(&full[s], parity);
+    if (kRing == kWaitDone) ptx::mbarrier_wait(&full[s], 1);
+    if ((kRing == kWarpZeroWaits || kRing == kWarpZeroWaitsGroupRelease) && threadIdx.x % 128 < 32)
+      ptx::mbarrier_wait(&full[s], parity);
+    if (kRing == kNamedFull || kRing == kNamedBoth) ptx::named_barrier_sync(full_named_barrier(s, wg), 160);
     if (kRing == kWaitEarly && it == 0) ptx::mbarrier_wait(&full[0], 0);
     if (kRing == kProbe)
       while (!mbar_test(&full[s], parity)) {
@@ -110,26 +165,37 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
       if (threadIdx.x % 32 == 0) ptx::mbarrier_wait(&full[s], parity);
       __syncwarp();
     }
+    mark(kSegWait);
 #pragma unroll
     for (int w = 0; w < kWaves; ++w) {
       if (kTurns) ptx::named_barrier_sync(my_turn, 256);
+      mark(kSegTurn);
       ptx::wgmma_fence();
       const uint64_t da = ptx::make_smem_desc_k_major_sw128(smem_a + (wg * 2 + w) * 8192), db = ptx::make_smem_desc_k_major_sw128(smem_b);
 #pragma unroll
       for (int k = 0; k < 4; ++k) ptx::WgmmaFp8<N>::mma(da + 2 * k, db + 2 * k, tmp, k > 0 ? 1u : 0u);
       ptx::wgmma_commit_group();
       if (kTurns) ptx::named_barrier_arrive(other_turn, 256);
+      mark(kSegIssue);
       if (kRing == kWaitEarly && w + 1 == kWaves && it + 1 < kIters)
         ptx::mbarrier_wait(&full[(it + 1) % kStages], ((it + 1) / kStages) & 1);
       const float s0 = scales[(it * 7 + w * 64 + row) & 1023], s1 = scales[(it * 7 + w * 64 + row + 8) & 1023];
       ptx::wgmma_wait_group<0>();
-      if (kRing != kNoRing && w + 1 == kWaves && threadIdx.x % 32 == 0) ptx::mbarrier_arrive(&empty[s]);
+      mark(kSegMmaWait);
+      const bool releases = kRing != kNoRing && kRing != kWaitDone && kRing != kIdleProducer && kRing != kNamedBoth;
+      if (releases && w + 1 == kWaves && threadIdx.x % (group_release(kRing) ? 128 : 32) == 0)
+        ptx::mbarrier_arrive(&empty[s]);
+      if (kRing == kNamedBoth && w + 1 == kWaves) ptx::named_barrier_arrive(empty_named_barrier(s), 288);
 #pragma unroll
       for (int i = 0; i < N / 2; ++i) fin[w][i] += tmp[i] * ((i & 2) ? s1 : s0);
+      mark(kSegPromote);
     }
   }
   const long long t1 = clock64();
   if (kTurns && wg == 0) ptx::named_barrier_sync(my_turn, 256);
+  if (kRing == kIdleProducer && threadIdx.x == 0) ptx::mbarrier_arrive(&full[0]);
+  if (kTrace && threadIdx.x % 128 == 0)
+    for (int i = 0; i < kSegments; ++i) trace[(blockIdx.x * 2 + wg) * kSegments + i] = seg[i];
   float sum = 0.f;
 #pragma unroll
   for (int w = 0; w < kWaves; ++w)
@@ -139,15 +205,16 @@ __global__ void __launch_bounds__(384, 1) math_structure(unsigned long long* out
   if (threadIdx.x % 128 == 0) out[blockIdx.x * 2 + wg] = (unsigned long long)(t1 - t0);
 }
 
-template <int N, int kWaves, bool kTurns, int kRing>
-void measure(const char* name, unsigned long long* out, float* sink, const float* gscales, int sms) {
-  auto kernel = math_structure<N, kWaves, kTurns, kRing>;
+template <int N, int kWaves, bool kTurns, int kRing, bool kTrace = false>
+void measure(const char* name, unsigned long long* out, float* sink, const float* gscales, uint32_t* trace, int sms) {
+  auto kernel = math_structure<N, kWaves, kTurns, kRing, kTrace>;
   const int smem = 65536 + 4096 + 128;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<unsigned long long> h(size_t(sms) * 2);
+  std::vector<uint32_t> segs(size_t(sms) * 2 * kSegments);
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {  // the first run warms up
-    kernel<<<sms, 384, smem>>>(out, sink, gscales);
+    kernel<<<sms, 384, smem>>>(out, sink, gscales, trace);
     CHECK(cudaGetLastError());
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost));
@@ -156,7 +223,21 @@ void measure(const char* name, unsigned long long* out, float* sink, const float
     const double macs = 2.0 * kWaves * kIters * 64.0 * N * 128.0;
     if (rep > 0) best = std::max(best, macs / (cycles / sms) / 4096.0);
   }
-  std::printf("%-52s tensor %.3f of peak\n", name, best);
+  std::printf("%-56s tensor %.3f of peak\n", name, best);
+  if constexpr (kTrace) {
+    // Clocks per K block of thread 0 of each warpgroup, averaged over the SMs (from the last run).
+    CHECK(cudaMemcpy(segs.data(), trace, segs.size() * 4, cudaMemcpyDeviceToHost));
+    const char* names[kSegments] = {"wait full", "turn", "issue", "wgmma wait", "promote"};
+    for (int wg = 0; wg < 2; ++wg) {
+      std::printf("    warpgroup %d, clocks per K block:", wg);
+      for (int i = 0; i < kSegments; ++i) {
+        double sum = 0;
+        for (int b = 0; b < sms; ++b) sum += segs[(size_t(b) * 2 + wg) * kSegments + i];
+        std::printf("  %s %.1f", names[i], sum / sms / kIters);
+      }
+      std::printf("\n");
+    }
+  }
 }
 
 }  // namespace
@@ -171,22 +252,44 @@ int main() {
   float* gscales;
   CHECK(cudaMalloc(&gscales, 4096 * 4));
   CHECK(cudaMemset(gscales, 0, 4096 * 4));
+  uint32_t* trace;
+  CHECK(cudaMalloc(&trace, size_t(sms) * 2 * kSegments * 4));
   // 256x128 tiles: two 64-row waves per warpgroup (n128); 128x192: one wave (n192).
-  measure<128, 2, false, kNoRing>("256x128: promotion", out, sink, gscales, sms);
-  measure<128, 2, true, kNoRing>("256x128: promotion, turns", out, sink, gscales, sms);
-  measure<128, 2, true, kWaitEach>("256x128: promotion, turns, ring", out, sink, gscales, sms);
-  measure<128, 2, false, kWaitEach>("256x128: promotion, ring (no turns)", out, sink, gscales, sms);
-  measure<128, 2, true, kScaleWarp>("256x128: ... ring with a scale warp", out, sink, gscales, sms);
-  measure<128, 2, true, kWaitEarly>("256x128: ... next stage waited after the last issue", out, sink, gscales, sms);
-  measure<128, 2, true, kProbe>("256x128: ... test_wait loop", out, sink, gscales, sms);
-  measure<128, 2, true, kLaneZero>("256x128: ... lane 0 waits, __syncwarp", out, sink, gscales, sms);
-  measure<128, 2, true, kProducerPolls>("256x128: ... producer polls", out, sink, gscales, sms);
-  measure<128, 2, true, kSixStages>("256x128: ... 6 stages", out, sink, gscales, sms);
-  measure<192, 1, false, kNoRing>("128x192: promotion", out, sink, gscales, sms);
-  measure<192, 1, true, kNoRing>("128x192: promotion, turns", out, sink, gscales, sms);
-  measure<192, 1, true, kWaitEach>("128x192: promotion, turns, ring", out, sink, gscales, sms);
-  measure<192, 1, false, kWaitEach>("128x192: promotion, ring (no turns)", out, sink, gscales, sms);
-  measure<192, 1, true, kScaleWarp>("128x192: ... ring with a scale warp", out, sink, gscales, sms);
-  measure<192, 1, true, kSixStages>("128x192: ... 6 stages", out, sink, gscales, sms);
+  measure<128, 2, false, kNoRing>("256x128: promotion", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kNoRing>("256x128: promotion, turns", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kWaitEach>("256x128: promotion, turns, ring", out, sink, gscales, trace, sms);
+  measure<128, 2, false, kWaitEach>("256x128: promotion, ring (no turns)", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kScaleWarp>("256x128: ... ring with a scale warp", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kWaitEarly>("256x128: ... next stage waited after the last issue", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kProbe>("256x128: ... test_wait loop", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kLaneZero>("256x128: ... lane 0 waits, __syncwarp", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kProducerPolls>("256x128: ... producer polls", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kSixStages>("256x128: ... 6 stages", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kWaitDone>("256x128: ... wait a completed phase only (no producer)", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kArriveOnly>("256x128: ... release only (no wait, no producer)", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kIdleProducer>("256x128: ... no ring, a producer thread resident", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kWarpZeroWaits>("256x128: ... warp 0 waits, the turn holds the rest", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kWarpZeroWaitsGroupRelease>("256x128: ... warp 0 waits, one release per warpgroup", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kGroupRelease>("256x128: ... all wait, one release per warpgroup", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kNamedFull>("256x128: ... full on named barriers, release per warpgroup", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kNamedBoth>("256x128: ... full and empty on named barriers", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kNoRing, true>("256x128: promotion, turns (traced)", out, sink, gscales, trace, sms);
+  measure<128, 2, true, kWaitEach, true>("256x128: promotion, turns, ring (traced)", out, sink, gscales, trace, sms);
+  measure<192, 1, false, kNoRing>("128x192: promotion", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kNoRing>("128x192: promotion, turns", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kWaitEach>("128x192: promotion, turns, ring", out, sink, gscales, trace, sms);
+  measure<192, 1, false, kWaitEach>("128x192: promotion, ring (no turns)", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kScaleWarp>("128x192: ... ring with a scale warp", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kSixStages>("128x192: ... 6 stages", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kWaitDone>("128x192: ... wait a completed phase only (no producer)", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kArriveOnly>("128x192: ... release only (no wait, no producer)", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kIdleProducer>("128x192: ... no ring, a producer thread resident", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kWarpZeroWaits>("128x192: ... warp 0 waits, the turn holds the rest", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kWarpZeroWaitsGroupRelease>("128x192: ... warp 0 waits, one release per warpgroup", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kGroupRelease>("128x192: ... all wait, one release per warpgroup", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kNamedFull>("128x192: ... full on named barriers, release per warpgroup", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kNamedBoth>("128x192: ... full and empty on named barriers", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kNoRing, true>("128x192: promotion, turns (traced)", out, sink, gscales, trace, sms);
+  measure<192, 1, true, kWaitEach, true>("128x192: promotion, turns, ring (traced)", out, sink, gscales, trace, sms);
   return 0;
 }
