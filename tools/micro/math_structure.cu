@@ -9,6 +9,8 @@
 // kernel (there, leaving out the math's full-barrier wait gained 1.4%).
 // Build and run: tools/micro/run.sh. Results: docs/performance.md, sessions 17 and 18.
 #include <algorithm>
+#include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "micro_common.cuh"
@@ -240,6 +242,24 @@ void measure(const char* name, unsigned long long* out, float* sink, const float
   }
 }
 
+/// The ring taken apart (session 18): each half alone, and fewer or other barriers, with turns.
+template <int N, int kWaves>
+void split_ring(const char* tile, unsigned long long* out, float* sink, const float* gscales, uint32_t* trace, int sms) {
+  char name[96];
+  auto run = [&](auto ring, const char* what) {
+    std::snprintf(name, sizeof(name), "%s: ... %s", tile, what);
+    measure<N, kWaves, true, decltype(ring)::value>(name, out, sink, gscales, trace, sms);
+  };
+  run(std::integral_constant<int, kWaitDone>(), "wait a completed phase only (no producer)");
+  run(std::integral_constant<int, kArriveOnly>(), "release only (no wait, no producer)");
+  run(std::integral_constant<int, kIdleProducer>(), "no ring, a producer thread resident");
+  run(std::integral_constant<int, kWarpZeroWaits>(), "warp 0 waits, the turn holds the rest");
+  run(std::integral_constant<int, kWarpZeroWaitsGroupRelease>(), "warp 0 waits, one release per warpgroup");
+  run(std::integral_constant<int, kGroupRelease>(), "all wait, one release per warpgroup");
+  run(std::integral_constant<int, kNamedFull>(), "full on named barriers, release per warpgroup");
+  run(std::integral_constant<int, kNamedBoth>(), "full and empty on named barriers");
+}
+
 }  // namespace
 
 int main() {
@@ -265,14 +285,7 @@ int main() {
   measure<128, 2, true, kLaneZero>("256x128: ... lane 0 waits, __syncwarp", out, sink, gscales, trace, sms);
   measure<128, 2, true, kProducerPolls>("256x128: ... producer polls", out, sink, gscales, trace, sms);
   measure<128, 2, true, kSixStages>("256x128: ... 6 stages", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kWaitDone>("256x128: ... wait a completed phase only (no producer)", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kArriveOnly>("256x128: ... release only (no wait, no producer)", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kIdleProducer>("256x128: ... no ring, a producer thread resident", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kWarpZeroWaits>("256x128: ... warp 0 waits, the turn holds the rest", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kWarpZeroWaitsGroupRelease>("256x128: ... warp 0 waits, one release per warpgroup", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kGroupRelease>("256x128: ... all wait, one release per warpgroup", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kNamedFull>("256x128: ... full on named barriers, release per warpgroup", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kNamedBoth>("256x128: ... full and empty on named barriers", out, sink, gscales, trace, sms);
+  split_ring<128, 2>("256x128", out, sink, gscales, trace, sms);
   measure<128, 2, true, kNoRing, true>("256x128: promotion, turns (traced)", out, sink, gscales, trace, sms);
   measure<128, 2, true, kWaitEach, true>("256x128: promotion, turns, ring (traced)", out, sink, gscales, trace, sms);
   measure<192, 1, false, kNoRing>("128x192: promotion", out, sink, gscales, trace, sms);
@@ -281,14 +294,7 @@ int main() {
   measure<192, 1, false, kWaitEach>("128x192: promotion, ring (no turns)", out, sink, gscales, trace, sms);
   measure<192, 1, true, kScaleWarp>("128x192: ... ring with a scale warp", out, sink, gscales, trace, sms);
   measure<192, 1, true, kSixStages>("128x192: ... 6 stages", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kWaitDone>("128x192: ... wait a completed phase only (no producer)", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kArriveOnly>("128x192: ... release only (no wait, no producer)", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kIdleProducer>("128x192: ... no ring, a producer thread resident", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kWarpZeroWaits>("128x192: ... warp 0 waits, the turn holds the rest", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kWarpZeroWaitsGroupRelease>("128x192: ... warp 0 waits, one release per warpgroup", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kGroupRelease>("128x192: ... all wait, one release per warpgroup", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kNamedFull>("128x192: ... full on named barriers, release per warpgroup", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kNamedBoth>("128x192: ... full and empty on named barriers", out, sink, gscales, trace, sms);
+  split_ring<192, 1>("128x192", out, sink, gscales, trace, sms);
   measure<192, 1, true, kNoRing, true>("128x192: promotion, turns (traced)", out, sink, gscales, trace, sms);
   measure<192, 1, true, kWaitEach, true>("128x192: promotion, turns, ring (traced)", out, sink, gscales, trace, sms);
   return 0;
