@@ -45,6 +45,9 @@ __host__ __device__ constexpr bool group_release(int ring) {
 __device__ constexpr uint32_t full_named_barrier(int stage, int wg) { return 4 + stage * 2 + wg; }  // 4..9
 __device__ constexpr uint32_t empty_named_barrier(int stage) { return 10 + stage; }                 // 10..12
 
+template <int kRing>
+using Ring_ = std::integral_constant<int, kRing>;  // a Ring as a type, for tile_variants
+
 /// Per-K-block time of the traced thread (thread 0 of each math warpgroup), in SM clocks, summed over the loop.
 enum Segment : int { kSegWait, kSegTurn, kSegIssue, kSegMmaWait, kSegPromote, kSegments };
 
@@ -242,22 +245,41 @@ void measure(const char* name, unsigned long long* out, float* sink, const float
   }
 }
 
-/// The ring taken apart (session 18): each half alone, and fewer or other barriers, with turns.
+/// Every variant of one tile shape, in order; the ring's waiting alternatives only for 256x128 (two waves).
 template <int N, int kWaves>
-void split_ring(const char* tile, unsigned long long* out, float* sink, const float* gscales, uint32_t* trace, int sms) {
+void tile_variants(const char* tile, unsigned long long* out, float* sink, const float* gscales, uint32_t* trace,
+                   int sms) {
   char name[96];
-  auto run = [&](auto ring, const char* what) {
-    std::snprintf(name, sizeof(name), "%s: ... %s", tile, what);
-    measure<N, kWaves, true, decltype(ring)::value>(name, out, sink, gscales, trace, sms);
+  auto run = [&](auto turns, auto ring, auto traced, const char* what) {
+    std::snprintf(name, sizeof(name), "%s: %s", tile, what);
+    measure<N, kWaves, decltype(turns)::value, decltype(ring)::value, decltype(traced)::value>(name, out, sink, gscales,
+                                                                                             trace, sms);
   };
-  run(std::integral_constant<int, kWaitDone>(), "wait a completed phase only (no producer)");
-  run(std::integral_constant<int, kArriveOnly>(), "release only (no wait, no producer)");
-  run(std::integral_constant<int, kIdleProducer>(), "no ring, a producer thread resident");
-  run(std::integral_constant<int, kWarpZeroWaits>(), "warp 0 waits, the turn holds the rest");
-  run(std::integral_constant<int, kWarpZeroWaitsGroupRelease>(), "warp 0 waits, one release per warpgroup");
-  run(std::integral_constant<int, kGroupRelease>(), "all wait, one release per warpgroup");
-  run(std::integral_constant<int, kNamedFull>(), "full on named barriers, release per warpgroup");
-  run(std::integral_constant<int, kNamedBoth>(), "full and empty on named barriers");
+  using Off = std::false_type;
+  using On = std::true_type;
+  run(Off(), Ring_<kNoRing>(), Off(), "promotion");
+  run(On(), Ring_<kNoRing>(), Off(), "promotion, turns");
+  run(On(), Ring_<kWaitEach>(), Off(), "promotion, turns, ring");
+  run(Off(), Ring_<kWaitEach>(), Off(), "promotion, ring (no turns)");
+  run(On(), Ring_<kScaleWarp>(), Off(), "... ring with a scale warp");
+  if constexpr (kWaves == 2) {
+    run(On(), Ring_<kWaitEarly>(), Off(), "... next stage waited after the last issue");
+    run(On(), Ring_<kProbe>(), Off(), "... test_wait loop");
+    run(On(), Ring_<kLaneZero>(), Off(), "... lane 0 waits, __syncwarp");
+    run(On(), Ring_<kProducerPolls>(), Off(), "... producer polls");
+  }
+  run(On(), Ring_<kSixStages>(), Off(), "... 6 stages");
+  // The ring taken apart (session 18): each half alone, and fewer or other barriers.
+  run(On(), Ring_<kWaitDone>(), Off(), "... wait a completed phase only (no producer)");
+  run(On(), Ring_<kArriveOnly>(), Off(), "... release only (no wait, no producer)");
+  run(On(), Ring_<kIdleProducer>(), Off(), "... no ring, a producer thread resident");
+  run(On(), Ring_<kWarpZeroWaits>(), Off(), "... warp 0 waits, the turn holds the rest");
+  run(On(), Ring_<kWarpZeroWaitsGroupRelease>(), Off(), "... warp 0 waits, one release per warpgroup");
+  run(On(), Ring_<kGroupRelease>(), Off(), "... all wait, one release per warpgroup");
+  run(On(), Ring_<kNamedFull>(), Off(), "... full on named barriers, release per warpgroup");
+  run(On(), Ring_<kNamedBoth>(), Off(), "... full and empty on named barriers");
+  run(On(), Ring_<kNoRing>(), On(), "promotion, turns (traced)");
+  run(On(), Ring_<kWaitEach>(), On(), "promotion, turns, ring (traced)");
 }
 
 }  // namespace
@@ -275,27 +297,7 @@ int main() {
   uint32_t* trace;
   CHECK(cudaMalloc(&trace, size_t(sms) * 2 * kSegments * 4));
   // 256x128 tiles: two 64-row waves per warpgroup (n128); 128x192: one wave (n192).
-  measure<128, 2, false, kNoRing>("256x128: promotion", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kNoRing>("256x128: promotion, turns", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kWaitEach>("256x128: promotion, turns, ring", out, sink, gscales, trace, sms);
-  measure<128, 2, false, kWaitEach>("256x128: promotion, ring (no turns)", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kScaleWarp>("256x128: ... ring with a scale warp", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kWaitEarly>("256x128: ... next stage waited after the last issue", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kProbe>("256x128: ... test_wait loop", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kLaneZero>("256x128: ... lane 0 waits, __syncwarp", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kProducerPolls>("256x128: ... producer polls", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kSixStages>("256x128: ... 6 stages", out, sink, gscales, trace, sms);
-  split_ring<128, 2>("256x128", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kNoRing, true>("256x128: promotion, turns (traced)", out, sink, gscales, trace, sms);
-  measure<128, 2, true, kWaitEach, true>("256x128: promotion, turns, ring (traced)", out, sink, gscales, trace, sms);
-  measure<192, 1, false, kNoRing>("128x192: promotion", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kNoRing>("128x192: promotion, turns", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kWaitEach>("128x192: promotion, turns, ring", out, sink, gscales, trace, sms);
-  measure<192, 1, false, kWaitEach>("128x192: promotion, ring (no turns)", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kScaleWarp>("128x192: ... ring with a scale warp", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kSixStages>("128x192: ... 6 stages", out, sink, gscales, trace, sms);
-  split_ring<192, 1>("128x192", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kNoRing, true>("128x192: promotion, turns (traced)", out, sink, gscales, trace, sms);
-  measure<192, 1, true, kWaitEach, true>("128x192: promotion, turns, ring (traced)", out, sink, gscales, trace, sms);
+  tile_variants<128, 2>("256x128", out, sink, gscales, trace, sms);
+  tile_variants<192, 1>("128x192", out, sink, gscales, trace, sms);
   return 0;
 }
