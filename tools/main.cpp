@@ -27,6 +27,7 @@
 #include "reference/reference.hpp"
 #include "sass/ffma_interleave.hpp"
 #include "heuristics/heuristics.hpp"
+#include "finegemm/device/common/gemm_args.cuh"
 #include <fstream>
 
 namespace fg = finegemm;
@@ -183,6 +184,27 @@ int cmd_bench(const Args& args) {
 
   std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s | %s\n", "kind", "G", "M", "N",
               "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best", "check");
+  // FINEGEMM_LOOP_CLOCKS=1, with kernels built with FINEGEMM_JIT_DEFINES=-DFG_EXPERIMENT=2048: per shape, CTA 0's
+  // K-loop clocks summed over its calls (check and timed), per batch of wgmmas, then zeroed for the next shape.
+  const char* loop_clocks_env = std::getenv("FINEGEMM_LOOP_CLOCKS");
+  const bool loop_clocks = loop_clocks_env != nullptr && loop_clocks_env[0] == '1';
+  auto print_loop_clocks = [&]() {
+    namespace dev = fg::device;
+    fg::jit::Runtime& rt = fg::jit::Runtime::instance();
+    const CUdeviceptr buffer = rt.error_flags(rt.current_device());
+    const size_t offset = dev::kLoopClockWord * sizeof(uint32_t);
+    uint32_t w[2 * dev::kLoopClockWordsPerWarpgroup] = {};
+    FG_CUDA_CHECK(cudaDeviceSynchronize());
+    FG_CUDA_CHECK(cudaMemcpy(w, reinterpret_cast<void*>(buffer + offset), sizeof(w), cudaMemcpyDeviceToHost));
+    FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + offset), 0, sizeof(w)));
+    for (uint32_t wg = 0; wg < 2; ++wg) {
+      const uint32_t* v = w + wg * dev::kLoopClockWordsPerWarpgroup;
+      const double b = v[0] > 0 ? double(v[0]) : 1.0;
+      std::printf("  loop clocks wg%u: batches %u | cycles per batch: full wait %.1f turn wait %.1f issue %.1f wgmma "
+                  "wait %.1f promote %.1f epilogue %.1f\n",
+                  wg, v[0], v[1] / b, v[2] / b, v[3] / b, v[4] / b, v[5] / b, v[6] / b);
+    }
+  };
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
   int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
   std::vector<std::string> sass_rows;
@@ -233,6 +255,7 @@ int cmd_bench(const Args& args) {
                 t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
                 x_cublas, x_best, verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
+    if (loop_clocks) print_loop_clocks();
     std::fflush(stdout);
     if (sass_ab) {
       fg::jit::Runtime::instance().set_sass_pass_enabled(true);

@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "finegemm/device/common/gemm_args.cuh"
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "jit/driver.hpp"
 #include "jit/embedded_headers.hpp"
@@ -263,8 +264,8 @@ CUdeviceptr Runtime::error_flags(int ordinal) {
   if (auto it = error_flags_.find(ordinal); it != error_flags_.end()) return it->second;
   const DriverApi& cu = driver();
   CUdeviceptr ptr = 0;
-  check_cu(cu.cuMemAlloc(&ptr, sizeof(uint32_t)), "cuMemAlloc(error flags)");
-  check_cu(cu.cuMemsetD32(ptr, 0, 1), "cuMemsetD32(error flags)");
+  check_cu(cu.cuMemAlloc(&ptr, device::kErrorBufferWords * sizeof(uint32_t)), "cuMemAlloc(error flags)");
+  check_cu(cu.cuMemsetD32(ptr, 0, device::kErrorBufferWords), "cuMemsetD32(error flags)");
   error_flags_[ordinal] = ptr;
   return ptr;
 }

@@ -82,7 +82,8 @@ class Runtime {
   /// SMs the kernels use on `ordinal` (options, set_num_sms, device limit).
   int num_sms(int ordinal);
   void set_num_sms(int num_sms) { num_sms_override_ = num_sms; }
-  /// The device error word of the current context (allocated on first use).
+  /// The device error buffer of the current context (allocated on first use): word 0 the flags, then the words
+  /// of measurement builds (device::kErrorBufferWords).
   CUdeviceptr error_flags(int ordinal);
   /// Memory where the pieces of tail-split tiles meet (KernelConfig::tail_pieces), one per device and stream so that
   /// GEMMs on different streams never share it (calls on one stream run in order and leave the counters zeroed):

@@ -180,6 +180,21 @@ TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
   for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
 }
 
+// The K-loop clock measurement build (FG_EXPERIMENT 2048, docs/performance.md session 19) measures the kernel as it
+// runs: its clock reads add no spill and leave the wgmmas in flight, as in the default build (a device printf, as the
+// trace switch 256 uses, would make ptxas serialize every wgmma: C7510).
+TEST(KernelsCompile, LoopClockBuildKeepsWgmmasInFlight) {
+  fj::Options options = uncached_options();
+  options.extra_defines = {"-DFG_EXPERIMENT=2048"};
+  fj::Runtime runtime(options);
+  for (const auto& [block_m, block_n] : {std::pair{256, 128}, std::pair{128, 192}}) {
+    const std::string name = dense_kernel(block_m, block_n, 7168, block_m == 256 ? 3 : 4, false);
+    fj::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", name,
+                        "(const __grid_constant__ finegemm::device::GemmArgs)", false};
+    expect_clean_log(name, *runtime.binary(spec));
+  }
+}
+
 // BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,
 // both SA layouts: no spills, the wgmmas in flight, and the epilogue's last 8 columns through stmatrix x2 into an
 // unswizzled tile stored by TMA.

@@ -5,6 +5,14 @@
 
 namespace finegemm::device {
 
+/// The device error buffer (GemmArgs::error_flags): word 0 holds the kError* flags. Measurement builds
+/// (FG_EXPERIMENT 2048) add CTA 0's K-loop clocks from word kLoopClockWord on, kLoopClockWordsPerWarpgroup words per
+/// math warpgroup: batches, then cycles in the full wait, the turn wait, the issue, the wgmma wait, the promotion and
+/// the epilogue.
+inline constexpr uint32_t kErrorBufferWords = 64;
+inline constexpr uint32_t kLoopClockWord = 32;
+inline constexpr uint32_t kLoopClockWordsPerWarpgroup = 7;
+
 struct GemmArgs {
   TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, a_box_rows), 128B swizzle
   TmaDescriptor tma_b;        ///< B as 2D [G * N, K] fp8, box (128, BLOCK_N / B-multicast split), 128B swizzle
@@ -30,7 +38,7 @@ struct GemmArgs {
   int64_t ld_sa;              ///< row stride of K-major SA, elements
   // Read later (epilogue, errors, tail split).
   uint16_t* d;                ///< D base pointer (bf16), for edge tiles written without TMA
-  uint32_t* error_flags;      ///< device error word (kError* bits)
+  uint32_t* error_flags;      ///< device error buffer: word 0 the kError* bits (kErrorBufferWords)
   int64_t ld_d;               ///< row stride of D, elements
   float* tail_partials;       ///< (tail tiles * tail_pieces, BLOCK_M * BLOCK_N) fp32 slots
   uint32_t* tail_counters;    ///< (tail tiles): pieces done; zero between calls (the last piece resets it)

@@ -33,8 +33,12 @@
 //  16: with turns, pass the turn once the K block's wgmmas completed instead of right after issuing them
 //  64: one thread issues every TMA load (A, SA and B), as before session 7, instead of B from a second warp
 // 128: tail split without the pieces' partial sums: no slot writes or reads, the tile's piece 0 stores its own sums
-// 256: trace: each CTA prints (device printf) %globaltimer at points of its first tile (results stay right)
+// 256: trace: each CTA prints (device printf) %globaltimer at points of its first tile (results stay right). The
+//      printf makes ptxas serialize every wgmma (C7510), so the trace times a slower main loop than the default's.
 // 512: every thread returns at entry (the launch's own cost)
+// 2048: K-loop clocks (one accumulator per warpgroup): each math thread sums the SM cycles of the loop's parts in
+//       registers; CTA 0's warpgroup leaders add them to measurement words that `finegemm bench` prints when
+//       FINEGEMM_LOOP_CLOCKS=1 (results stay right)
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
 #endif
@@ -47,6 +51,7 @@
 #define FG_EXPERIMENT_TAIL_NO_EXCHANGE ((FG_EXPERIMENT & 128) != 0)
 #define FG_EXPERIMENT_TRACE ((FG_EXPERIMENT & 256) != 0)
 #define FG_EXPERIMENT_EMPTY ((FG_EXPERIMENT & 512) != 0)
+#define FG_EXPERIMENT_LOOP_CLOCKS ((FG_EXPERIMENT & 2048) != 0)
 
 namespace finegemm::device {
 
@@ -479,6 +484,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       return &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
     };
     uint32_t exchange_phase = 0;  // split-K: parity of the partial-sum exchange's current phase
+    // FG_EXPERIMENT 2048: cycles summed over the thread's K blocks, per part of the loop (mark() is 0 otherwise).
+    struct LoopClocks {
+      uint32_t batches = 0, full = 0, turn = 0, issue = 0, wait = 0, promote = 0, epilogue = 0;
+      static FG_DEVICE uint32_t mark() { return FG_EXPERIMENT_LOOP_CLOCKS ? ptx::clock32() : 0u; }
+    } clocks;
     struct Scales {
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
@@ -584,8 +594,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const uint32_t num_waves =
             kNumWaves == 1 || decltype(wide)::value || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
         auto k_block = [&](auto is_first, const uint32_t kb) {
+          const uint32_t c_start = LoopClocks::mark();
           ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
           if (threadIdx.x == 0) trace_once(2);
+          if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.full += LoopClocks::mark() - c_start;
 #pragma unroll
           for (uint32_t w = 0; w < kNumWaves; ++w) {
             if (w >= num_waves) {
@@ -597,17 +609,28 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               }
               break;
             }
+            const uint32_t c_turn = LoopClocks::mark();
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
+            const uint32_t c_issue = LoopClocks::mark();
             issue_batch(accum[0], pipe.stage, w, wide);
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
+            const uint32_t c_wait = LoopClocks::mark();
             // Read the stage's scales while the tensor cores work, before releasing the stage.
             const Scales sc = load_scales(pipe.stage, w, wide);
             ptx::wgmma_wait_group<0>();
+            const uint32_t c_done = LoopClocks::mark();
+            if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
+              clocks.turn += c_issue - c_turn;
+              clocks.issue += c_wait - c_issue;
+              clocks.wait += c_done - c_wait;
+              ++clocks.batches;
+            }
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
             if (w + 1 == num_waves) release(pipe.stage);
             if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count())
               promote(accum[0], sc, first.value, final_accum[w], Constant<decltype(is_first)::value && kAssignFirst>());
+            if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.promote += LoopClocks::mark() - c_done;
           }
           pipe.advance();
         };
@@ -744,9 +767,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
 
       // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
+      const uint32_t c_epilogue = LoopClocks::mark();
       if (store_tile)
         Epilogue::store(final_accum, smem_d, math_wg, kWaveRows, warp_in_wg, lane_idx, wg_thread, wg_barrier, tile,
                         args, N);
+      if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.epilogue += LoopClocks::mark() - c_epilogue;
       if (threadIdx.x == 0) trace_once(4);
       if constexpr (kSplitK > 1) {
         // CTA 0 frees its exchange buffer once every math thread read its chunks: one remote arrive, after the tile's
@@ -770,6 +795,17 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       if (cta_rank == 1) ptx::mbarrier_wait_cluster_acquire(exchange_empty, exchange_phase ^ 1);
     }
     if (threadIdx.x == 0) trace_at(5);
+    if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
+      // Added up over calls in the measurement words of the error-flag buffer (kLoopClockWord on); `finegemm bench`
+      // prints them with FINEGEMM_LOOP_CLOCKS=1. (A printf anywhere in the kernel makes ptxas serialize every wgmma.)
+      if (blockIdx.x == 0 && wg_thread == 0) {
+        uint32_t* words = args.error_flags + kLoopClockWord + math_wg * kLoopClockWordsPerWarpgroup;
+        const uint32_t values[kLoopClockWordsPerWarpgroup] = {clocks.batches, clocks.full,    clocks.turn,  clocks.issue,
+                                                              clocks.wait,    clocks.promote, clocks.epilogue};
+#pragma unroll
+        for (uint32_t i = 0; i < kLoopClockWordsPerWarpgroup; ++i) ptx::red_add_global(words + i, values[i]);
+      }
+    }
     if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
   }
 

@@ -103,6 +103,10 @@ FG_DEVICE void atomic_or_global(uint32_t* ptr, uint32_t bits) {
   asm volatile("red.relaxed.gpu.global.or.b32 [%0], %1;" ::"l"(ptr), "r"(bits) : "memory");
 }
 
+FG_DEVICE void red_add_global(uint32_t* ptr, uint32_t v) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
+}
+
 FG_DEVICE void st_global_v4_f32(float* ptr, float a, float b, float c, float d) {
   asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }

@@ -59,6 +59,14 @@ FG_DEVICE uint64_t global_timer() {
   return t;
 }
 
+/// %clock: the SM's cycle counter, low 32 bits (measurement switches only). No memory clobber, so that it orders only
+/// against the other volatile asm (barriers, wgmma) and leaves the loop's loads and FFMAs where ptxas puts them.
+FG_DEVICE uint32_t clock32() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(t));
+  return t;
+}
+
 /// %smid: the SM this CTA runs on (measurement switches only).
 FG_DEVICE uint32_t sm_id() {
   uint32_t id;
