@@ -55,8 +55,9 @@ fj::Options uncached_options() {
 }
 
 /// Compiles every kernel function (all cores), failing the test on any compile error.
-std::vector<std::shared_ptr<const fj::KernelBinary>> compile_all(const std::vector<std::string>& names) {
-  fj::Runtime runtime(uncached_options());
+std::vector<std::shared_ptr<const fj::KernelBinary>> compile_all(const std::vector<std::string>& names,
+                                                                 const fj::Options& options = uncached_options()) {
+  fj::Runtime runtime(options);
   std::vector<std::shared_ptr<const fj::KernelBinary>> binaries(names.size());
   std::atomic<size_t> next{0};
   std::vector<std::thread> threads;
@@ -186,13 +187,10 @@ TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
 TEST(KernelsCompile, LoopClockBuildKeepsWgmmasInFlight) {
   fj::Options options = uncached_options();
   options.extra_defines = {"-DFG_EXPERIMENT=2048"};
-  fj::Runtime runtime(options);
-  for (const auto& [block_m, block_n] : {std::pair{256, 128}, std::pair{128, 192}}) {
-    const std::string name = dense_kernel(block_m, block_n, 7168, block_m == 256 ? 3 : 4, false);
-    fj::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", name,
-                        "(const __grid_constant__ finegemm::device::GemmArgs)", false};
-    expect_clean_log(name, *runtime.binary(spec));
-  }
+  const std::vector<std::string> names = {dense_kernel(256, 128, 7168, 3, false), dense_kernel(128, 192, 7168, 4, false)};
+  const auto binaries = compile_all(names, options);
+  ASSERT_FALSE(HasFailure());
+  for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
 }
 
 // BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,
