@@ -3,6 +3,7 @@
 // L2 cache policy) and stores (UTMASTG).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -191,6 +192,44 @@ TEST(KernelsCompile, LoopClockBuildKeepsWgmmasInFlight) {
   const auto binaries = compile_all(names, options);
   ASSERT_FALSE(HasFailure());
   for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
+}
+
+// Half batches (gemm_batch_parts): a 128x192 tile with more than 4 K blocks issues each K block as two m64n96k32
+// commit groups and promotes the first half's 48 columns between the two waits. Read after the issue, the scales made
+// ptxas schedule that promotion after the second wait, which left nothing to overlap; the SASS must show at least the
+// 48 multiplies (FFMA, or FMUL in a tile's first K block) between `DEPBAR.LE gsb0, 0x1` and `0x0`. BLOCK_N=128 and a
+// 4-K-block 128x192 kernel keep one group per K block.
+TEST(KernelsCompile, HalfBatchesPromoteTheFirstHalfWhileTheSecondRuns) {
+  const std::vector<std::string> names = {dense_kernel(128, 192, 7168, 4, false), dense_kernel(128, 192, 512, 4, false),
+                                          dense_kernel(256, 128, 7168, 3, false)};
+  const auto binaries = compile_all(names);
+  ASSERT_FALSE(HasFailure());
+  for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+  std::vector<std::string> sass;
+  for (const auto& b : binaries) sass.push_back(finegemm::test::disassemble(b->cubin, nvdisasm));
+  EXPECT_NE(sass[0].find("QGMMA.64x96x32"), std::string::npos) << names[0];
+  EXPECT_EQ(sass[0].find("QGMMA.64x192x32"), std::string::npos) << names[0];
+  EXPECT_NE(sass[1].find("QGMMA.64x192x32"), std::string::npos) << names[1];
+  EXPECT_NE(sass[2].find("QGMMA.64x128x32"), std::string::npos) << names[2];
+  EXPECT_EQ(sass[2].find("QGMMA.64x64x32"), std::string::npos) << names[2];
+  // Multiplies between each first-half wait and the second-half wait after it.
+  std::istringstream in(sass[0]);
+  int between = -1, fewest = -1, waits = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("WARPGROUP.DEPBAR.LE gsb0, 0x1") != std::string::npos) {
+      between = 0;
+      ++waits;
+    } else if (line.find("WARPGROUP.DEPBAR.LE gsb0, 0x0") != std::string::npos && between >= 0) {
+      fewest = fewest < 0 ? between : std::min(fewest, between);
+      between = -1;
+    } else if (between >= 0 && (line.find(" FFMA ") != std::string::npos || line.find(" FMUL ") != std::string::npos)) {
+      ++between;
+    }
+  }
+  EXPECT_GT(waits, 0) << names[0] << ": no first-half wait";
+  EXPECT_GE(fewest, 48) << names[0] << ": the first half's promotion is not between the two waits";
 }
 
 // BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,

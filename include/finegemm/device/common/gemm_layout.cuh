@@ -81,6 +81,16 @@ FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_
                           : 1;
 }
 
+/// Commit groups one K block's wgmmas of a warpgroup are split into when two warpgroups take turns: with 2, each
+/// group covers half the columns (m64n(BLOCK_N/2)k32) and the first half is promoted while the second runs, which
+/// shortens the path from a batch's completion to the warpgroup's next issue. It costs twice the wgmma instructions and
+/// a second read of A from shared memory per batch. H100 (docs/performance.md, session 20): BLOCK_N=192 (m64n96k32
+/// halves) 0.3-2.4% faster at K >= 1536 and 1% slower at K=512 (4 K blocks); BLOCK_N=128 at BLOCK_M=256 (m64n64k32
+/// halves) 5-9% slower. Halves need BLOCK_N / 2 to be a multiple of 8 (B's 128-byte swizzle atoms of 8 rows).
+FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_blocks_per_cta) {
+  return block_n >= 192 && block_n % 16 == 0 && k_blocks_per_cta > 4 ? 2 : 1;
+}
+
 /// Whether a kernel also gets a 128-row box of A (GemmArgs::tma_a_half) for the tiles that compute at most 128 rows:
 /// grouped GEMMs with 256-row tiles, whose contiguous blocks split between two experts and masked groups' last rows
 /// make such tiles. With only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one (H100:

@@ -39,6 +39,9 @@
 // 2048: K-loop clocks (one accumulator per warpgroup): each math thread sums the SM cycles of the loop's parts in
 //       registers; CTA 0's warpgroup leaders add them to measurement words that `finegemm bench` prints when
 //       FINEGEMM_LOOP_CLOCKS=1 (results stay right)
+// 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
+//        right)
+// 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
 #endif
@@ -52,6 +55,8 @@
 #define FG_EXPERIMENT_TRACE ((FG_EXPERIMENT & 256) != 0)
 #define FG_EXPERIMENT_EMPTY ((FG_EXPERIMENT & 512) != 0)
 #define FG_EXPERIMENT_LOOP_CLOCKS ((FG_EXPERIMENT & 2048) != 0)
+#define FG_EXPERIMENT_WHOLE_BATCHES ((FG_EXPERIMENT & 16384) != 0)
+#define FG_EXPERIMENT_HALF_BATCHES ((FG_EXPERIMENT & 32768) != 0)
 
 namespace finegemm::device {
 
@@ -463,6 +468,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     //   passed right after each issue), so the tensor pipe runs one warpgroup's batch while the other promotes.
     constexpr uint32_t kKDepth = FG_EXPERIMENT_SINGLE_BUFFER ? 1 : gemm_k_depth(BLOCK_M, BLOCK_N);
     constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1 && !FG_EXPERIMENT_NO_PINGPONG;
+    // With turns, a K block's wgmmas as kBatchParts commit groups of kPartN columns (gemm_batch_parts).
+    constexpr uint32_t kBatchParts = !kPingPong || FG_EXPERIMENT_WHOLE_BATCHES ? 1
+                                     : FG_EXPERIMENT_HALF_BATCHES      ? (BLOCK_N % 16 == 0 ? 2 : 1)
+                                                                       : gemm_batch_parts(BLOCK_N, kKBlocksPerCta);
+    constexpr uint32_t kPartN = BLOCK_N / kBatchParts;
     // With one accumulator (kKDepth == 1), a tile's first K block sets the running accumulators instead of a zeroing
     // pass before it. Not with a single K block (K <= 128): set directly from the in-flight accumulator, ptxas may
     // give them its registers and then waits for the wgmmas.
@@ -505,11 +515,19 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (uint32_t k = 0; k < kBlockK / 32; ++k) {
-        ptx::wgmma_m64k32_e4m3<BLOCK_N>(ptx::smem_desc_from_words(a_lo + k * (32 >> 4), desc_hi),
-                                        ptx::smem_desc_from_words(b_lo + k * (32 >> 4), desc_hi), acc, k > 0);
+      for (uint32_t part = 0; part < kBatchParts; ++part) {
+        // Part `part` covers columns part * kPartN.. of the tile: B rows at part * kPartN, accumulators from
+        // part * kPartN / 2 (the m64nNk32 layout puts columns 8c..8c+7 in registers 4c..4c+3).
+        auto& part_acc = *reinterpret_cast<float(*)[kPartN / 2]>(&acc[part * (kPartN / 2)]);
+        const uint32_t part_b_lo = b_lo + part * ((kPartN * kBlockK) >> 4);
+#pragma unroll
+        for (uint32_t k = 0; k < kBlockK / 32; ++k) {
+          ptx::wgmma_m64k32_e4m3<kPartN>(ptx::smem_desc_from_words(a_lo + k * (32 >> 4), desc_hi),
+                                         ptx::smem_desc_from_words(part_b_lo + k * (32 >> 4), desc_hi), part_acc,
+                                         k > 0);
+        }
+        ptx::wgmma_commit_group();
       }
-      ptx::wgmma_commit_group();
     };
     auto load_scales = [&](uint32_t stage, uint32_t wave, auto wide) {
       constexpr bool kWide = decltype(wide)::value != 0;
@@ -534,10 +552,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // The fp32 block result, scaled by SA * SB, into the running accumulator (the tile's first K block sets it, when
     // `assign` is Constant<1>). Granules g < first_granules take the first SB block's scale; first_granules is a
     // compile-time constant wherever the K loop was instantiated per split, so the choice then costs no instruction.
+    // `part` (a Constant, with kBatchParts > 1): only that part's columns.
     auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules,
-                       float (&out)[BLOCK_N / 2], auto assign) {
+                       float (&out)[BLOCK_N / 2], auto assign, auto part) {
+      constexpr uint32_t kFirstJ = decltype(part)::value * kPartN / 8, kEndJ = kFirstJ + kPartN / 8;
 #pragma unroll
-      for (uint32_t i = 0; i < BLOCK_N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
+      for (uint32_t i = kFirstJ * 4; i < kEndJ * 4; ++i) ptx::wgmma_fence_operand(acc[i]);
 #pragma unroll
       for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
         const bool first = kUniformScaleB || g < first_granules;
@@ -545,6 +565,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float scale_r1 = first ? sc.r1_first : sc.r1_second;
 #pragma unroll
         for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
+          if ((j * 8) / kPartN != decltype(part)::value) continue;
 #pragma unroll
           for (uint32_t c = 0; c < 4; ++c) {
             const float scaled = (c < 2 ? scale_r0 : scale_r1) * acc[j * 4 + c];
@@ -582,7 +603,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               release(pipe.stage);
               pipe.advance();
               if (!FG_EXPERIMENT_NO_PROMOTE || d + 1 == count)
-                promote(accum[d], sc, first.value, final_accum[0], Constant<0>());
+                promote(accum[d], sc, first.value, final_accum[0], Constant<0>(), Constant<0>());
             }
           }
         };
@@ -609,6 +630,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               }
               break;
             }
+            // With half batches the scales are read before the turn, so that the first half's promotion is ready to
+            // run once its wgmmas complete (read after the issue, ptxas schedules it after the second half's wait).
+            Scales sc;
+            if constexpr (kBatchParts == 2) sc = load_scales(pipe.stage, w, wide);
             const uint32_t c_turn = LoopClocks::mark();
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
             const uint32_t c_issue = LoopClocks::mark();
@@ -616,7 +641,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             const uint32_t c_wait = LoopClocks::mark();
             // Read the stage's scales while the tensor cores work, before releasing the stage.
-            const Scales sc = load_scales(pipe.stage, w, wide);
+            if constexpr (kBatchParts == 1) sc = load_scales(pipe.stage, w, wide);
+            const bool promotes = !FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count();
+            using Assign = Constant<decltype(is_first)::value && kAssignFirst>;
+            if constexpr (kBatchParts == 2) {
+              // The first half's columns while the second half's wgmmas run.
+              ptx::wgmma_wait_group<1>();
+              if (promotes) promote(accum[0], sc, first.value, final_accum[w], Assign(), Constant<0>());
+            }
             ptx::wgmma_wait_group<0>();
             const uint32_t c_done = LoopClocks::mark();
             if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
@@ -628,8 +660,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
             if (w + 1 == num_waves) release(pipe.stage);
-            if (!FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count())
-              promote(accum[0], sc, first.value, final_accum[w], Constant<decltype(is_first)::value && kAssignFirst>());
+            if (promotes) promote(accum[0], sc, first.value, final_accum[w], Assign(), Constant<kBatchParts - 1>());
             if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.promote += LoopClocks::mark() - c_done;
           }
           pipe.advance();
