@@ -86,7 +86,8 @@ FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_
 /// shortens the path from a batch's completion to the warpgroup's next issue. It costs twice the wgmma instructions and
 /// a second read of A from shared memory per batch. H100 (docs/performance.md, session 20): BLOCK_N=192 (m64n96k32
 /// halves) 0.3-2.4% faster at K >= 1536 and 1% slower at K=512 (4 K blocks); BLOCK_N=128 at BLOCK_M=256 (m64n64k32
-/// halves) 5-9% slower. Halves need BLOCK_N / 2 to be a multiple of 8 (B's 128-byte swizzle atoms of 8 rows).
+/// halves) 1-9% slower; BLOCK_N=160 mostly slower. Halves need BLOCK_N / 2 to be a multiple of 8 (B's 128-byte
+/// swizzle atoms of 8 rows).
 FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_blocks_per_cta) {
   return block_n >= 192 && block_n % 16 == 0 && k_blocks_per_cta > 4 ? 2 : 1;
 }

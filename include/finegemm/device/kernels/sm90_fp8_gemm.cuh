@@ -1,10 +1,12 @@
 // The FP8 GEMM kernel with fine-grained scaling for sm_90a: D = (A * SA) x (B * SB)^T, all GEMM kinds.
 //
 // Persistent and warp-specialized: one CTA per SM walks its tiles (TileScheduler). The last warpgroup produces:
-// one thread issues TMA loads of A, B (and SA when MN-major) into a kNumStages ring guarded by full/empty mbarriers;
-// when SA is K-major, one warp gathers it instead. One or two math warpgroups issue wgmma (64 rows each per wave;
+// one thread issues TMA loads of A (and SA when MN-major), a thread of another warp those of B, into a kNumStages
+// ring guarded by full/empty mbarriers; a third warp writes each stage's SB (and gathers SA when it is K-major). One or two math warpgroups issue wgmma (64 rows each per wave;
 // BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32 result into a
-// second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). The
+// second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). Two math
+// warpgroups take turns issuing (named barriers), so one promotes while the other's wgmmas run; at BLOCK_N >= 192 a
+// turn's wgmmas are two commit groups of half the columns, the first half promoted while the second runs. The
 // epilogue converts to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that
 // overlap the next tile's main loop. A 2-CTA cluster either shares one operand by TMA multicast or, for small-M
 // shapes with few narrow tiles, splits K: each CTA computes the tile over half of K, and the second adds its fp32
