@@ -200,9 +200,12 @@ int cmd_bench(const Args& args) {
     for (uint32_t wg = 0; wg < 2; ++wg) {
       const uint32_t* v = w + wg * dev::kLoopClockWordsPerWarpgroup;
       const double b = v[0] > 0 ? double(v[0]) : 1.0;
+      double parts = 0;
+      for (int p = 1; p <= 6; ++p) parts += v[p];
       std::printf("  loop clocks wg%u: batches %u | cycles per batch: full wait %.1f turn wait %.1f issue %.1f wgmma "
-                  "wait %.1f promote %.1f epilogue %.1f\n",
-                  wg, v[0], v[1] / b, v[2] / b, v[3] / b, v[4] / b, v[5] / b, v[6] / b);
+                  "wait %.1f promote %.1f epilogue %.1f | life %.0f cycles per batch, parts %.0f%% of it, %.0f MHz\n",
+                  wg, v[0], v[1] / b, v[2] / b, v[3] / b, v[4] / b, v[5] / b, v[6] / b, v[7] / b,
+                  v[7] > 0 ? 100.0 * parts / v[7] : 0.0, v[8] > 0 ? 1e3 * double(v[7]) / double(v[8]) : 0.0);
     }
   };
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;

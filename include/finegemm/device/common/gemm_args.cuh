@@ -7,11 +7,11 @@ namespace finegemm::device {
 
 /// The device error buffer (GemmArgs::error_flags): word 0 holds the kError* flags. Measurement builds
 /// (FG_EXPERIMENT 2048) add CTA 0's K-loop clocks from word kLoopClockWord on, kLoopClockWordsPerWarpgroup words per
-/// math warpgroup: batches, then cycles in the full wait, the turn wait, the issue, the wgmma wait, the promotion and
-/// the epilogue.
+/// math warpgroup: batches, then cycles in the full wait, the turn wait, the issue, the wgmma wait, the promotion
+/// (with the stage's release) and the epilogue, then the warpgroup's whole life in cycles and in ns (%globaltimer).
 inline constexpr uint32_t kErrorBufferWords = 64;
 inline constexpr uint32_t kLoopClockWord = 32;
-inline constexpr uint32_t kLoopClockWordsPerWarpgroup = 7;
+inline constexpr uint32_t kLoopClockWordsPerWarpgroup = 9;
 
 struct GemmArgs {
   TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, a_box_rows), 128B swizzle

@@ -501,6 +501,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       uint32_t batches = 0, full = 0, turn = 0, issue = 0, wait = 0, promote = 0, epilogue = 0;
       static FG_DEVICE uint32_t mark() { return FG_EXPERIMENT_LOOP_CLOCKS ? ptx::clock32() : 0u; }
     } clocks;
+    // The warpgroup's life (from here to the write-out below), in SM cycles and in ns: their ratio is its clock.
+    const uint32_t life_cycles_start = LoopClocks::mark();
+    const uint64_t life_ns_start = FG_EXPERIMENT_LOOP_CLOCKS ? ptx::global_timer() : 0;
     struct Scales {
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
@@ -833,8 +836,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       // prints them with FINEGEMM_LOOP_CLOCKS=1. (A printf anywhere in the kernel makes ptxas serialize every wgmma.)
       if (blockIdx.x == 0 && wg_thread == 0) {
         uint32_t* words = args.error_flags + kLoopClockWord + math_wg * kLoopClockWordsPerWarpgroup;
-        const uint32_t values[kLoopClockWordsPerWarpgroup] = {clocks.batches, clocks.full,    clocks.turn,  clocks.issue,
-                                                              clocks.wait,    clocks.promote, clocks.epilogue};
+        const uint32_t life_cycles = LoopClocks::mark() - life_cycles_start;
+        const uint32_t life_ns = static_cast<uint32_t>(ptx::global_timer() - life_ns_start);
+        const uint32_t values[kLoopClockWordsPerWarpgroup] = {clocks.batches, clocks.full,     clocks.turn,
+                                                              clocks.issue,   clocks.wait,     clocks.promote,
+                                                              clocks.epilogue, life_cycles,    life_ns};
 #pragma unroll
         for (uint32_t i = 0; i < kLoopClockWordsPerWarpgroup; ++i) ptx::red_add_global(words + i, values[i]);
       }
