@@ -17,32 +17,28 @@ for tool in memcheck racecheck synccheck initcheck; do
   echo "sanitizer $tool: rc=$rc ${errors:-no summary line}"
   [ $rc -eq 0 ] || status=1
 done
-# The 256-row kernel, which the suite's small cases never pick: contiguous shapes forced to 256x128 tiles whose
-# router-like draws hold wide tiles (a block's 128-row half over two n-blocks), both SA layouts.
-if [ -x "$BUILD/finegemm" ]; then
+# The CLI on a shape file with forced tiles, both SA layouts, under memcheck, racecheck and synccheck.
+#   cli_cases NAME "DESCRIPTION" FORCE_CONFIG SHAPES_CSV
+cli_cases() {
+  local name=$1 what=$2 force=$3 shapes=$4
   for sa in mn k; do
     for tool in memcheck racecheck synccheck; do
-      log="$OUT_DIR/sanitizer-wide-$tool-$sa.log"
-      FINEGEMM_FORCE_CONFIG=bm=256,bn=128 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$BUILD/finegemm" bench --shapes scripts/ab-shapes/sanitize-wide.csv --iters 1 --sa "$sa" > "$log" 2>&1
+      log="$OUT_DIR/sanitizer-$name-$tool-$sa.log"
+      FINEGEMM_FORCE_CONFIG=$force timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        "$BUILD/finegemm" bench --shapes "$shapes" --iters 1 --sa "$sa" > "$log" 2>&1
       rc=$?
       errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-      echo "sanitizer $tool (256-row wide tiles, SA $sa): rc=$rc ${errors:-no summary line}"
+      echo "sanitizer $tool ($what, SA $sa): rc=$rc ${errors:-no summary line}"
       [ $rc -eq 0 ] || status=1
     done
   done
+}
+if [ -x "$BUILD/finegemm" ]; then
+  # The 256-row kernel, which the suite's small cases never pick: contiguous shapes forced to 256x128 tiles whose
+  # router-like draws hold wide tiles (a block's 128-row half over two n-blocks).
+  cli_cases wide "256-row wide tiles" bm=256,bn=128 scripts/ab-shapes/sanitize-wide.csv
   # Half batches (BLOCK_N=192, more than 4 K blocks: two commit groups per K block), one tile over two SB blocks;
   # grouped shapes, which have no cuBLASLt baseline (racecheck reports hazards inside cuBLASLt's own kernel).
-  for sa in mn k; do
-    for tool in memcheck racecheck synccheck; do
-      log="$OUT_DIR/sanitizer-halves-$tool-$sa.log"
-      FINEGEMM_FORCE_CONFIG=bm=128,bn=192 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$BUILD/finegemm" bench --shapes scripts/ab-shapes/sanitize-halves.csv --iters 1 --sa "$sa" > "$log" 2>&1
-      rc=$?
-      errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-      echo "sanitizer $tool (128x192 half batches, SA $sa): rc=$rc ${errors:-no summary line}"
-      [ $rc -eq 0 ] || status=1
-    done
-  done
+  cli_cases halves "128x192 half batches" bm=128,bn=192 scripts/ab-shapes/sanitize-halves.csv
 fi
 exit $status
