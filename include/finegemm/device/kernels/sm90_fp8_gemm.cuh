@@ -1,18 +1,19 @@
 // The FP8 GEMM kernel with fine-grained scaling for sm_90a: D = (A * SA) x (B * SB)^T, all GEMM kinds.
 //
-// Persistent and warp-specialized: one CTA per SM walks its tiles (TileScheduler). The last warpgroup produces:
-// one thread issues TMA loads of A (and SA when MN-major), a thread of another warp those of B, into a kNumStages
-// ring guarded by full/empty mbarriers; a third warp writes each stage's SB (and gathers SA when it is K-major). One or two math warpgroups issue wgmma (64 rows each per wave;
-// BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32 result into a
-// second accumulator with the SA * SB scales (Hopper's FP8 tensor-core accumulation keeps about 14 bits). Two math
-// warpgroups take turns issuing (named barriers), so one promotes while the other's wgmmas run; at BLOCK_N >= 192 a
-// turn's wgmmas are two commit groups of half the columns, the first half promoted while the second runs. The
-// epilogue converts to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that
-// overlap the next tile's main loop. A 2-CTA cluster either shares one operand by TMA multicast or, for small-M
-// shapes with few narrow tiles, splits K: each CTA computes the tile over half of K, and the second adds its fp32
-// partial sums into the first's through distributed shared memory (a fixed order, so results are deterministic).
-// With kTailSplit (dense, unclustered), the tiles of the last, partial wave are cut along K into pieces that run on
-// different CTAs; the pieces meet through global memory (the last one to finish adds them, in piece order).
+// Persistent and warp-specialized: one CTA per SM walks its tiles (TileScheduler). The last warpgroup produces: one
+// thread issues TMA loads of A (and SA when MN-major), a thread of another warp those of B, into a kNumStages ring
+// guarded by full/empty mbarriers; a third warp writes each stage's SB (and gathers SA when it is K-major). One or two
+// math warpgroups issue wgmma (64 rows each per wave; BLOCK_M=256 tiles give each warpgroup two 64-row waves) and
+// promote each 128-wide K block's fp32 result into a second accumulator with the SA * SB scales (Hopper's FP8
+// tensor-core accumulation keeps about 14 bits). Two math warpgroups take turns issuing (named barriers), so one
+// promotes while the other's wgmmas run; at BLOCK_N >= 192 a turn's wgmmas are two commit groups of half the columns,
+// the first half promoted while the second runs. The epilogue converts to bf16, stores with stmatrix into a swizzled
+// shared tile and writes it with TMA stores that overlap the next tile's main loop. A 2-CTA cluster either shares one
+// operand by TMA multicast or, for small-M shapes with few narrow tiles, splits K: each CTA computes the tile over half
+// of K, and the second adds its fp32 partial sums into the first's through distributed shared memory (a fixed order, so
+// results are deterministic). With kTailSplit (dense, unclustered), the tiles of the last, partial wave are cut along K
+// into pieces that run on different CTAs; the pieces meet through global memory (the last one to finish adds them, in
+// piece order).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -39,8 +40,8 @@
 //      printf makes ptxas serialize every wgmma (C7510), so the trace times a slower main loop than the default's.
 // 512: every thread returns at entry (the launch's own cost)
 // 2048: K-loop clocks (one accumulator per warpgroup): each math thread sums the SM cycles of the loop's parts in
-//       registers; CTA 0's warpgroup leaders add them to measurement words that `finegemm bench` prints when
-//       FINEGEMM_LOOP_CLOCKS=1 (results stay right)
+//       registers; CTA 0's warpgroup leaders add them, and their warpgroup's life in cycles and in ns, to measurement
+//       words that `finegemm bench` prints when FINEGEMM_LOOP_CLOCKS=1 (results stay right)
 // 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
 //        right)
 // 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
