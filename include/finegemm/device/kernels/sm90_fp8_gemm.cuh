@@ -561,9 +561,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // `part` (a Constant, with kBatchParts > 1): only that part's columns.
     auto promote = [&](float (&acc)[BLOCK_N / 2], const Scales& sc, const uint32_t first_granules,
                        float (&out)[BLOCK_N / 2], auto assign, auto part) {
-      constexpr uint32_t kFirstJ = decltype(part)::value * kPartN / 8, kEndJ = kFirstJ + kPartN / 8;
+      // Register quads j (columns 8j..8j+7) of the part: j / kPartQuads == part.
+      constexpr uint32_t kPartQuads = kPartN / 8, kFirstQuad = decltype(part)::value * kPartQuads;
 #pragma unroll
-      for (uint32_t i = kFirstJ * 4; i < kEndJ * 4; ++i) ptx::wgmma_fence_operand(acc[i]);
+      for (uint32_t i = kFirstQuad * 4; i < (kFirstQuad + kPartQuads) * 4; ++i) ptx::wgmma_fence_operand(acc[i]);
 #pragma unroll
       for (uint32_t g = 0; g < kNumScaleGranules; ++g) {
         const bool first = kUniformScaleB || g < first_granules;
@@ -571,7 +572,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const float scale_r1 = first ? sc.r1_first : sc.r1_second;
 #pragma unroll
         for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
-          if ((j * 8) / kPartN != decltype(part)::value) continue;
+          if (j / kPartQuads != decltype(part)::value) continue;
 #pragma unroll
           for (uint32_t c = 0; c < 4; ++c) {
             const float scaled = (c < 2 ? scale_r0 : scale_r1) * acc[j * 4 + c];
