@@ -73,8 +73,9 @@ int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
-      "          [--flush memset|read] [--experts random|equal]\n"
-      "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes)\n"
+      "          [--flush memset|read] [--experts random|equal] [--data normal|uniform]\n"
+      "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
+      "          --data: quantized normal operands (a model's, the anchors'; default) or uniform fp8 codes\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
       "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
       "          output element (the checker must fail); --cpu checks the checker without a GPU\n"
@@ -141,6 +142,13 @@ int cmd_bench(const Args& args) {
     std::fprintf(stderr, "finegemm bench: --experts is random or equal, got '%s'\n", experts.c_str());
     return 2;
   }
+  // Operand data: quantized normals (a model's operands, and DeepGEMM's tests, so the anchors') or uniform fp8 codes,
+  // which flip more bits per product: the power-capped large shapes then run at a lower clock (docs/performance.md).
+  const std::string data = args.get("data", "normal");
+  if (data != "normal" && data != "uniform") {
+    std::fprintf(stderr, "finegemm bench: --data is normal or uniform, got '%s'\n", data.c_str());
+    return 2;
+  }
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -151,6 +159,11 @@ int cmd_bench(const Args& args) {
                   : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
   std::printf("rows per expert (contiguous layout): %s\n",
               experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
+  std::printf("operands: %s\n", data == "normal"
+                                     ? "normal values quantized per token (A) and per 128x128 block (B), as a model's "
+                                       "and the anchors' (--data uniform: uniform fp8 codes, more power)"
+                                     : "uniform fp8 codes with log-uniform scales 2^-10..2^10 (more bit flips, more "
+                                       "power than a model's operands; the anchors used quantized normals)");
   // The anchors are kernel times from the torch profiler (CUPTI records): compare like with like when CUPTI loads.
   std::string no_cupti_why;
   const bool kernel_time = ft::kernel_timer_available(&no_cupti_why);
@@ -215,6 +228,7 @@ int cmd_bench(const Args& args) {
     const ft::ProblemShape& s = shapes[i];
     ft::ProblemOptions opt;
     opt.seed = 1000 + i;
+    opt.data = data == "normal" ? ft::DataKind::kNormal : ft::DataKind::kUniform;
     if (s.kind == fg::GemmKind::kGroupedContiguous && experts == "equal")
       opt.expert_rows.assign(size_t(s.groups), int(s.m));
     ft::GemmProblem problem(s, opt);

@@ -414,6 +414,44 @@ TEST(ReferenceRandom, ScalesLogUniform) {
   EXPECT_NEAR(static_cast<double>(below_one) / s.size(), 0.5, 0.02);
 }
 
+// The bench's model-like operands: every block reaches +-448 (its amax), the dequantized values are standard normal,
+// and the result is the seed's alone (the bands are drawn on many threads).
+TEST(ReferenceRandom, QuantizedNormalsPerTokenAndPerBlock) {
+  const int64_t rows = 300, cols = 520;  // partial last row band and K block
+  const int64_t kb = ceil_div(cols, kBlockK);
+  for (const int64_t block_rows : {int64_t{1}, int64_t{kBlockN}}) {
+    std::vector<uint8_t> codes, codes2, codes3;
+    std::vector<float> scales, scales2, scales3;
+    fill_quantized_normal_fp8(codes, scales, rows, cols, block_rows, 9);
+    fill_quantized_normal_fp8(codes2, scales2, rows, cols, block_rows, 9);
+    fill_quantized_normal_fp8(codes3, scales3, rows, cols, block_rows, 10);
+    EXPECT_EQ(codes, codes2);
+    EXPECT_EQ(scales, scales2);
+    EXPECT_NE(codes, codes3);
+    const int64_t bands = ceil_div(rows, block_rows);
+    ASSERT_EQ(codes.size(), static_cast<size_t>(rows * cols));
+    ASSERT_EQ(scales.size(), static_cast<size_t>(bands * kb));
+    std::vector<int> max_code(static_cast<size_t>(bands * kb), 0);
+    double sum = 0, sum_sq = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t code = codes[static_cast<size_t>(r * cols + c)];
+        ASSERT_NE(code & 0x7F, kE4M3NaN);
+        const size_t block = static_cast<size_t>((r / block_rows) * kb + c / kBlockK);
+        max_code[block] = std::max(max_code[block], code & 0x7F);
+        const double v = double(e4m3_to_float(code)) * scales[block];
+        sum += v;
+        sum_sq += v * v;
+      }
+    }
+    for (const int m : max_code) EXPECT_EQ(m, kE4M3MaxCode);
+    for (const float s : scales) EXPECT_TRUE(s > 0.0f && s < 0.05f) << s;  // amax of >= 8 normals over 448
+    const double n = double(rows * cols);
+    EXPECT_NEAR(sum / n, 0.0, 0.01);
+    EXPECT_NEAR(std::sqrt(sum_sq / n), 1.0, 0.02);
+  }
+}
+
 // ---- reference GEMM -----------------------------------------------------------------------------------------------
 
 struct RandomProblem {

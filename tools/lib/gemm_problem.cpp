@@ -60,10 +60,23 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
   host_b.resize(size_t(int64_t(g) * shape.n * shape.k));
   host_sa.resize(size_t(rows_ * kb_));
   host_sb.resize(size_t(int64_t(g) * nb_ * kb_));
-  reference::fill_random_fp8(host_a, options.seed * 4 + 0);
-  reference::fill_random_fp8(host_b, options.seed * 4 + 1);
-  reference::fill_random_scales(host_sa, options.seed * 4 + 2, options.scale_lo_exp, options.scale_hi_exp);
-  reference::fill_random_scales(host_sb, options.seed * 4 + 3, options.scale_lo_exp, options.scale_hi_exp);
+  if (options.data == DataKind::kNormal) {
+    reference::fill_quantized_normal_fp8(host_a, host_sa, rows_, shape.k, 1, options.seed * 4 + 0);
+    // B per group: its 128x128 blocks never straddle two experts.
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    for (int grp = 0; grp < g; ++grp) {
+      reference::fill_quantized_normal_fp8(codes, scales, shape.n, shape.k, reference::kBlockN,
+                                           options.seed * 4 + 1 + uint64_t(grp) * 0x10000);
+      std::copy(codes.begin(), codes.end(), host_b.begin() + int64_t(grp) * shape.n * shape.k);
+      std::copy(scales.begin(), scales.end(), host_sb.begin() + int64_t(grp) * nb_ * kb_);
+    }
+  } else {
+    reference::fill_random_fp8(host_a, options.seed * 4 + 0);
+    reference::fill_random_fp8(host_b, options.seed * 4 + 1);
+    reference::fill_random_scales(host_sa, options.seed * 4 + 2, options.scale_lo_exp, options.scale_hi_exp);
+    reference::fill_random_scales(host_sb, options.seed * 4 + 3, options.scale_lo_exp, options.scale_hi_exp);
+  }
 
   // SA MN-major: per group (masked) or whole (normal, contiguous): [KB][M_pad].
   const int64_t group_rows = shape.kind == GemmKind::kGroupedMasked ? shape.m : rows_;
