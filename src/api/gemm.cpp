@@ -112,6 +112,11 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   auto plan = std::make_unique<LaunchPlan>();
   plan->config = heuristics::select_config(problem_of(c), num_sms);
   plan->device = device;
+  // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
+  // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
+  if (plan->config.sa_mode == device::kSaKMajorTma &&
+      (c.ld_sa % 4 != 0 || reinterpret_cast<uintptr_t>(c.sa) % 16 != 0))
+    plan->config.sa_mode = device::kSaKMajorGather;
   const KernelConfig& cfg = plan->config;
   if (rt.options().print_configs)
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
@@ -147,6 +152,11 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, sa_rows_per_group,
               sa_outer, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m) / a_split, 1, CU_TENSOR_MAP_SWIZZLE_NONE,
               "cuTensorMapEncodeTiled(SA)");
+  } else if (cfg.sa_mode == device::kSaKMajorTma) {
+    // K-major SA: [rows of the 2D view of A, KB] with row stride ld_sa; a box of 4 K blocks x the tile's rows.
+    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(kb),
+              uint64_t(c.a_rows), uint64_t(c.ld_sa) * 4, device::gemm_sa_row_floats(cfg.sa_mode),
+              uint32_t(cfg.block_m) / a_split, CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, K-major)");
   }
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.n),
             uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, device::epilogue_slab_cols(uint32_t(cfg.block_n)),

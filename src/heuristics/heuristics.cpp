@@ -46,6 +46,9 @@ constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
 // 64x1536x7168 (96 tiles; split-K 9.4) and 128x576x7168 (split-K 8.0). So split-K is left out when an unsplit
 // 64-row tile at most 32 wide fills at least this share of the SMs in one wave:
 constexpr double kSplitKMaxUnsplitFill = 0.95;
+// K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
+constexpr int64_t kSaTmaMinKBlocks = 32;
+constexpr int64_t kSaTmaMinRows = 1024;
 // The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
 // finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
 // FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
@@ -167,7 +170,8 @@ std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
-  os << " sa=" << (sa_k_major ? "k" : "mn") << (b_evict_first ? " B:evict-first" : "");
+  os << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
+     << (b_evict_first ? " B:evict-first" : "");
   if (tail_pieces > 1) os << " tail=" << (num_tiles - tail_first_tile) << "x" << tail_pieces;
   os << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
@@ -178,7 +182,7 @@ std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
      << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
-     << (sa_k_major ? "true" : "false") << ", " << split_k << "u" << (tail_pieces > 1 ? ", true" : "") << ">";
+     << sa_mode << "u, " << split_k << "u" << (tail_pieces > 1 ? ", true" : "") << ">";
   return os.str();
 }
 
@@ -194,8 +198,21 @@ double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
 }
 }  // namespace
 
+uint32_t sa_mode_for(const Problem& p) {
+  if (!p.sa_k_major) return device::kSaMnMajor;
+  // Measured on an H100 (docs/performance.md, session 21; gather -> TMA boxes, us): faster with many rows and long K
+  // (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
+  // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
+  // 258.5 -> 305.0, 4096x7168x2048 107.0 -> 120.4, contiguous 8x4096x7168x2048 836.8 -> 1084.6) and at small M
+  // (128x4096x7168 19.9 -> 21.6, 64x7168x2048 9.2 -> 11.6).
+  const int64_t kb = ceil_div(p.k, 128);
+  return kb % 4 == 0 && kb >= kSaTmaMinKBlocks && p.m >= kSaTmaMinRows ? device::kSaKMajorTma
+                                                                       : device::kSaKMajorGather;
+}
+
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const HardwareModel& hw) {
   std::vector<Candidate> out;
+  const uint32_t sa_mode = sa_mode_for(p);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool unsplit_fills_one_wave = unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill;
   const bool odd_eighths = odd_eighth_block_n_enabled();
@@ -217,7 +234,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           c.cluster_size = cluster;
           c.multicast_on_a = on_a;
           c.split_k = split;
-          c.sa_k_major = p.sa_k_major;
+          c.sa_mode = sa_mode;
           c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
           c.grid = std::max(1, num_sms - (cluster == 2 ? num_sms % 2 : 0));
           const int64_t m_blocks = ceil_div(rows, block_m);
@@ -281,7 +298,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             int stages = kMaxStages;
             while (stages >= kMinStages &&
                    int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                      uint32_t(p.k), uint32_t(split))) > hw.smem_per_block)
+                                                      uint32_t(p.k), uint32_t(split), sa_mode)) > hw.smem_per_block)
               --stages;
             const int64_t k_blocks = ceil_div(p.k, 128);
             // More stages than K blocks of two tiles buy nothing.
@@ -292,7 +309,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             } else {
               c.num_stages = stages;
               c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                                uint32_t(p.k), uint32_t(split)));
+                                                                uint32_t(p.k), uint32_t(split), sa_mode));
               score(c, p, hw);
             }
           }

@@ -25,7 +25,9 @@ struct KernelConfig {
   int cluster_size = 1;
   bool multicast_on_a = true;  ///< which operand the 2-CTA cluster shares (cluster_size == 2, split_k == 1)
   int split_k = 1;             ///< 2: the two CTAs of a cluster each take half of K (cluster_size == 2, no multicast)
-  bool sa_k_major = false;
+  /// How the kernel reads SA (device::GemmSaMode): MN-major by TMA, K-major by TMA boxes of 4 K blocks, or K-major
+  /// gathered (sa_mode_for; the GEMM calls also fall back to it for strides TMA cannot take).
+  uint32_t sa_mode = 0;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   /// Tail split (dense GEMMs): > 1 cuts each tile of the last, partial wave (tiles from tail_first_tile on) into this
   /// many ranges of K blocks run by different CTAs (device::GemmArgs); 1: none.
@@ -48,6 +50,11 @@ struct Candidate {
   KernelConfig config;
   std::string rejected;  ///< empty when kept; otherwise the filter's reason
 };
+
+/// The SA mode (device::GemmSaMode) the heuristic picks for `problem`: K-major SA is read by TMA boxes when KB is a
+/// multiple of 4 (contiguous [M, KB] rows are then 16-byte multiples), at least 32, and M at least 1024 (where it
+/// measured faster than the gather), and gathered otherwise.
+uint32_t sa_mode_for(const Problem& problem);
 
 /// Every candidate for `problem` with the filter verdicts (for tests and `FINEGEMM_PRINT_CONFIGS`).
 std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const HardwareModel& hw = {});

@@ -29,7 +29,7 @@ TEST(Heuristics, DeterministicAndWithinLimits) {
         EXPECT_EQ(a.describe(), b.describe());
         EXPECT_LE(a.smem_bytes, 232448);
         EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k),
-                                                                               uint32_t(a.split_k)));
+                                                                               uint32_t(a.split_k), a.sa_mode));
         EXPECT_GE(a.num_stages, 3);
         EXPECT_EQ(a.block_n % 8, 0);
         EXPECT_GE(a.block_n, 16);
@@ -216,4 +216,31 @@ TEST(Heuristics, OddEighthBlockNsOnlyWhenAskedFor) {
     if (s.split_k > 1) EXPECT_TRUE(s.block_n == 16 || s.block_n == 32) << s.describe();
   }
   unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
+}
+
+// K-major SA by TMA boxes only where it measured faster (many rows, KB >= 32 and a multiple of 4); MN-major SA is
+// always read by TMA; the rest gathered. The smem footprint follows the mode.
+TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
+  namespace dev = finegemm::device;
+  auto mode = [](int64_t m, int64_t k, bool k_major) {
+    Problem p = dense(m, 7168, k);
+    p.sa_k_major = k_major;
+    return fh::sa_mode_for(p);
+  };
+  EXPECT_EQ(mode(4096, 7168, false), dev::kSaMnMajor);
+  EXPECT_EQ(mode(64, 576, false), dev::kSaMnMajor);
+  EXPECT_EQ(mode(4096, 7168, true), dev::kSaKMajorTma);    // KB 56
+  EXPECT_EQ(mode(1024, 16384, true), dev::kSaKMajorTma);   // KB 128
+  EXPECT_EQ(mode(4096, 2048, true), dev::kSaKMajorGather);  // KB 16
+  EXPECT_EQ(mode(4096, 1536, true), dev::kSaKMajorGather);  // KB 12
+  EXPECT_EQ(mode(128, 7168, true), dev::kSaKMajorGather);   // small M
+  EXPECT_EQ(mode(4096, 4224, true), dev::kSaKMajorGather);  // KB 33, not a multiple of 4
+  Problem p = dense(4096, 7168, 7168);
+  p.sa_k_major = true;
+  const auto c = fh::select_config(p, 132);
+  EXPECT_EQ(c.sa_mode, dev::kSaKMajorTma);
+  EXPECT_EQ(uint32_t(c.smem_bytes), dev::gemm_smem_launch_bytes(uint32_t(c.block_m), uint32_t(c.block_n),
+                                                                uint32_t(c.num_stages), 7168, 1, dev::kSaKMajorTma));
+  EXPECT_NE(c.kernel_function().find(", 2u, 1u>"), std::string::npos) << c.kernel_function();
+  EXPECT_NE(c.describe().find("sa=k "), std::string::npos) << c.describe();
 }

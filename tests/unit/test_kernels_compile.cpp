@@ -101,7 +101,11 @@ std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int st
   c.num_stages = stages;
   c.cluster_size = 1;
   c.multicast_on_a = true;
-  c.sa_k_major = sa_k_major;
+  Problem q;  // the SA mode the heuristic picks at M = 4096
+  q.m = 4096;
+  q.k = k;
+  q.sa_k_major = sa_k_major;
+  c.sa_mode = finegemm::heuristics::sa_mode_for(q);
   return c.kernel_function();
 }
 
@@ -230,6 +234,49 @@ TEST(KernelsCompile, HalfBatchesPromoteTheFirstHalfWhileTheSecondRuns) {
   }
   EXPECT_GT(waits, 0) << names[0] << ": no first-half wait";
   EXPECT_GE(fewest, 48) << names[0] << ": the first half's promotion is not between the two waits";
+}
+
+// K-major SA: at M = 4096 and KB = 56 (K = 7168) the kernels read it by TMA, a box of 4 K blocks per stage (no
+// cp.async in the SASS); otherwise (K = 2048: KB = 16; K = 576: KB = 5) the scale warp gathers it (LDGSTS). Every tile
+// height, dense and grouped, no spills.
+TEST(KernelsCompile, KMajorScalesByTmaBoxesOrGathered) {
+  struct Case {
+    GemmKind kind;
+    int block_m, block_n;
+    int64_t k;
+    int stages;
+    bool tma;
+  };
+  const Case cases[] = {
+      {GemmKind::kNormal, 64, 64, 7168, 8, true},
+      {GemmKind::kNormal, 128, 192, 7168, 4, true},
+      {GemmKind::kNormal, 256, 128, 7168, 3, true},
+      {GemmKind::kGroupedContiguous, 256, 128, 7168, 3, true},
+      {GemmKind::kGroupedMasked, 256, 128, 7168, 3, true},
+      {GemmKind::kNormal, 256, 128, 2048, 3, false},
+      {GemmKind::kNormal, 64, 64, 576, 8, false},
+      {GemmKind::kNormal, 256, 128, 576, 3, false},
+      {GemmKind::kGroupedContiguous, 256, 128, 576, 3, false},
+  };
+  std::vector<std::string> names;
+  for (const auto& c : cases) {
+    names.push_back(kernel_of(c.kind, c.block_m, c.block_n, c.k, c.stages, true));
+    const std::string mode = c.tma ? ", 2u, 1u>" : ", 1u, 1u>";  // kSaKMajorTma / kSaKMajorGather, then split-K 1
+    EXPECT_NE(names.back().find(mode), std::string::npos) << names.back();
+  }
+  const auto binaries = compile_all(names);
+  ASSERT_FALSE(HasFailure());
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  for (size_t i = 0; i < names.size(); ++i) {
+    expect_clean_log(names[i], *binaries[i]);
+    if (nvdisasm.empty()) continue;
+    const std::string sass = finegemm::test::disassemble(binaries[i]->cubin, nvdisasm);
+    const bool gathers = sass.find("LDGSTS") != std::string::npos;
+    EXPECT_EQ(gathers, !cases[i].tma) << names[i];
+    EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  }
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
 }
 
 // BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,

@@ -17,8 +17,24 @@ FG_HOST_DEVICE constexpr uint32_t gemm_num_threads(uint32_t block_m) {
   return kNumProducerThreads + gemm_num_math_warpgroups(block_m) * 128;
 }
 
+/// How a kernel reads the activation scales SA (a kernel template parameter).
+enum GemmSaMode : uint32_t {
+  /// MN-major, TMA-aligned ([KB][M_pad]): one TMA box of BLOCK_M row scales per stage.
+  kSaMnMajor = 0,
+  /// K-major ([M][KB]) whose row stride TMA cannot take (not a multiple of 4 floats, or a base not 16-byte aligned):
+  /// the scale warp gathers each row's scale with cp.async.
+  kSaKMajorGather = 1,
+  /// K-major with a row stride of a multiple of 4 floats: one TMA box of 4 K blocks x BLOCK_M rows per stage (the
+  /// smallest box TMA takes, 16 bytes a row), of which the stage uses the first column.
+  kSaKMajorTma = 2,
+};
+
+/// Floats a stage holds per tile row of SA (the K-major TMA box is 4 wide).
+FG_HOST_DEVICE constexpr uint32_t gemm_sa_row_floats(uint32_t sa_mode) { return sa_mode == kSaKMajorTma ? 4u : 1u; }
+
 /// Shared-memory layout of one kernel instance (byte offsets from a 1024-aligned base).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K, uint32_t kSplitK = 1>
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K, uint32_t kSplitK = 1,
+          uint32_t kSaMode = kSaMnMajor>
 struct GemmSmemLayout {
   static constexpr uint32_t kNumKBlocks = ceil_div(K, kBlockK);
   static constexpr uint32_t kNumMathWarpgroups = gemm_num_math_warpgroups(BLOCK_M);
@@ -28,7 +44,8 @@ struct GemmSmemLayout {
   static constexpr uint32_t kDBytes = align_up(BLOCK_M * BLOCK_N * 2u, 1024u);           // (BLOCK_M, BLOCK_N) bf16
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
-  static constexpr uint32_t kSaBytesPerStage = align_up(BLOCK_M * 4u, 128u);             // (BLOCK_M) fp32
+  static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
+  static constexpr uint32_t kSaBytesPerStage = align_up(BLOCK_M * kSaRowFloats * 4u, 128u);  // (BLOCK_M, 1 or 4) fp32
   static constexpr uint32_t kSbBytesPerStage = 8;                                       // (2) fp32
   static constexpr uint32_t kOffsetD = 0;
   static constexpr uint32_t kOffsetA = kOffsetD + kDBytes;
@@ -48,10 +65,12 @@ struct GemmSmemLayout {
 
 /// Run-time twin of GemmSmemLayout<...>::kLaunchBytes for the host heuristic.
 FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages,
-                                                         uint32_t k, uint32_t split_k = 1) {
+                                                         uint32_t k, uint32_t split_k = 1,
+                                                         uint32_t sa_mode = kSaMnMajor) {
   (void)k;
   const uint32_t d_bytes = align_up(block_m * block_n * 2u, 1024u);
-  const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK + align_up(block_m * 4u, 128u);
+  const uint32_t stage_bytes =
+      block_m * kBlockK + block_n * kBlockK + align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u);
   const uint32_t sb_bytes = align_up(num_stages * 8u, 16u);
   const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0)) * 8;
   const uint32_t exchange_bytes = split_k > 1 ? block_m * block_n * 4u : 0u;

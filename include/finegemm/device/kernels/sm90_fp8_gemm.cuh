@@ -115,7 +115,7 @@ struct PipelineState {
 };
 
 template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kClusterSize, bool kMulticastOnA, bool kSaKMajor, uint32_t kSplitK = 1, bool kTailSplit = false>
+          uint32_t kClusterSize, bool kMulticastOnA, uint32_t kSaMode, uint32_t kSplitK = 1, bool kTailSplit = false>
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
@@ -135,12 +135,16 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(!kTailSplit || (kKind == int(GemmKind::kNormal) && kClusterSize == 1 &&
                                 gemm_k_depth(BLOCK_M, BLOCK_N) == 1 && ceil_div(K, kBlockK) >= 2 * kMaxTailPieces),
                 "tail split: dense GEMMs, unclustered, one accumulator per warpgroup, at least 2 K blocks per piece");
-  static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK>::kLaunchBytes ==
-                    gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK),
+  static_assert(kSaMode <= kSaKMajorTma, "SA read as GemmSaMode says");
+  static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode>::kLaunchBytes ==
+                    gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode),
                 "host and device agree on the shared-memory footprint");
 
   // ---- Types and constants ----------------------------------------------------------------------
-  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK>;
+  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode>;
+  // SA by TMA (MN-major, or K-major in boxes 4 K blocks wide) or gathered by the scale warp (K-major, other strides).
+  constexpr bool kSaGather = kSaMode == kSaKMajorGather;
+  constexpr uint32_t kSaRowFloats = Layout::kSaRowFloats;
   using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N>;
   constexpr GemmKind kGemmKind = static_cast<GemmKind>(kKind);
   constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
@@ -167,18 +171,19 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // thread's loop paced the narrow small-M tiles (docs/performance.md, session 7). Each issuer announces its own
   // bytes (arrive.expect_tx) before its loads.
   constexpr bool kSeparateBIssuer = !FG_EXPERIMENT_ONE_TMA_THREAD && !FG_EXPERIMENT_NO_LOADS;
-  constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaKMajor ? 0 : BLOCK_M * 4);
+  constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4);
   // Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box).
   constexpr bool kAHalfBox = gemm_has_a_half_box(kGemmKind != GemmKind::kNormal, BLOCK_M, kASplit);
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
-  // The TMA issuers (with their bytes) and the scale warp's lanes; with K-major SA, each lane's cp.asyncs of the
+  // The TMA issuers (with their bytes) and the scale warp's lanes; with gathered SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
-  constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + 32 + (kSaKMajor ? 32 : 0);
+  constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + 32 + (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
-  // SB is read by lane 0 of each math warp and shuffled; K-major SA is read by every math thread; MN-major SA, A and
-  // B are read by the async proxy (wgmma) and written by TMA. The peer CTA of a cluster gets one arrive per warp.
-  constexpr uint32_t kLocalReleaseArrivals = kSaKMajor ? kNumMathThreads : kNumMathWarps;
+  // SB is read by lane 0 of each math warp and shuffled; gathered SA is read by every math thread; A and B are read
+  // by the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one
+  // arrive per warp.
+  constexpr uint32_t kLocalReleaseArrivals = kSaGather ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
       TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA, kTailSplit>;
@@ -197,7 +202,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   uint8_t* smem_d = smem + Layout::kOffsetD;                                 // (BLOCK_M, BLOCK_N) bf16, swizzled slabs
   uint8_t* smem_a = smem + Layout::kOffsetA;                                 // (kNumStages, BLOCK_M, BLOCK_K) fp8
   uint8_t* smem_b = smem + Layout::kOffsetB;                                 // (kNumStages, BLOCK_N, BLOCK_K) fp8
-  float* smem_sa = reinterpret_cast<float*>(smem + Layout::kOffsetSa);       // (kNumStages, BLOCK_M) fp32, padded
+  float* smem_sa = reinterpret_cast<float*>(smem + Layout::kOffsetSa);       // (kNumStages, BLOCK_M, 1 or 4) fp32
   float* smem_sb = reinterpret_cast<float*>(smem + Layout::kOffsetSb);       // (kNumStages, 2) fp32
   uint64_t* full_barriers = reinterpret_cast<uint64_t*>(smem + Layout::kOffsetBarriers);  // (kNumStages)
   uint64_t* empty_barriers = full_barriers + kNumStages;                                  // (kNumStages)
@@ -242,7 +247,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     ptx::tma_prefetch_descriptor(&args.tma_a);
     if constexpr (kAHalfBox) ptx::tma_prefetch_descriptor(&args.tma_a_half);
     ptx::tma_prefetch_descriptor(&args.tma_b);
-    if constexpr (!kSaKMajor) ptx::tma_prefetch_descriptor(&args.tma_sa);
+    if constexpr (!kSaGather) ptx::tma_prefetch_descriptor(&args.tma_sa);
     ptx::tma_prefetch_descriptor(&args.tma_d);
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbarrier_init(&full_barriers[s], kFullArrivals);
@@ -363,13 +368,21 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             constexpr uint32_t kRows = BLOCK_M / 2;
             ptx::tma_load_2d_multicast(&args.tma_a, full, a_dst + cta_rank * kRows * kBlockK, k_idx,
                                        tile.row_base + int32_t(cta_rank * kRows), 0b11);
-            if constexpr (!kSaKMajor)
+            if constexpr (kSaMode == kSaMnMajor)
               ptx::tma_load_2d_multicast(&args.tma_sa, full, sa_dst + cta_rank * kRows,
                                          sa_row_base + int32_t(cta_rank * kRows), sa_kb_base + int32_t(kb), 0b11);
+            if constexpr (kSaMode == kSaKMajorTma)
+              ptx::tma_load_2d_multicast(&args.tma_sa, full, sa_dst + cta_rank * kRows * kSaRowFloats,
+                                         int32_t(kb & ~3u), tile.row_base + int32_t(cta_rank * kRows), 0b11);
           } else {
             ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
-            if constexpr (!kSaKMajor)
+            if constexpr (kSaMode == kSaMnMajor)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
+            // K-major: rows of the [rows, KB] view (a masked GEMM's group is in row_base), the 4 K blocks from
+            // kb & ~3 (a box must start on a 16-byte boundary of the row: an unaligned start traps); the math reads
+            // column kb % 4.
+            if constexpr (kSaMode == kSaKMajorTma)
+              ptx::tma_load_2d(&args.tma_sa, full, sa_dst, int32_t(kb & ~3u), tile.row_base);
           }
           if constexpr (!kSeparateBIssuer) {
             load_b(tile, pipe.stage, kb);
@@ -421,7 +434,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::st_shared_f32(smem_sb + pipe.stage * 2, s0);
               ptx::st_shared_f32(smem_sb + pipe.stage * 2 + 1, s1);
             }
-            if constexpr (kSaKMajor) {
+            if constexpr (kSaGather) {
               // Copied asynchronously, completion tracked by the full barrier: the warp goes on to the next stage
               // without waiting for these scattered loads (one round trip per stage measured up to 2x slower).
               const uint32_t kb = kb_base + i;
@@ -463,7 +476,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     uint32_t desc_b2_lo = 0;
     if constexpr (kWideTiles)
       desc_b2_lo = ptx::opaque(static_cast<uint32_t>(ptx::make_smem_desc_k_major_sw128(smem_a + kWideBOffset)));
-    const float* sa_rows = smem_sa + r0;
+    const float* sa_rows = smem_sa + r0 * kSaRowFloats;
     // Two ways to keep the tensor pipe busy while a warpgroup promotes (docs/performance.md, session 4):
     // - kKDepth > 1: a warpgroup issues kKDepth K blocks into separate accumulators, then promotes each as it
     //   completes while the later ones run;
@@ -535,11 +548,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         ptx::wgmma_commit_group();
       }
     };
-    auto load_scales = [&](uint32_t stage, uint32_t wave, auto wide) {
+    // `kb`: the stage's K block (K-major SA by TMA: its column in the stage's box of 4; unused otherwise).
+    auto load_scales = [&](uint32_t stage, uint32_t wave, auto wide, uint32_t kb) {
       constexpr bool kWide = decltype(wide)::value != 0;
-      const float* sa = sa_rows + stage * kSaFloatsPerStage + (kWide ? 0 : wave * kWaveRows);
+      const uint32_t column = kSaMode == kSaKMajorTma ? kb % 4 : 0;
+      const float* sa = sa_rows + stage * kSaFloatsPerStage + (kWide ? 0 : wave * kWaveRows * kSaRowFloats) + column;
       const float sa0 = ptx::ld_shared_f32(sa);
-      const float sa1 = ptx::ld_shared_f32(sa + 8);
+      const float sa1 = ptx::ld_shared_f32(sa + 8 * kSaRowFloats);
       float2 sb = make_float2(0.0f, 0.0f);
       if (lane_idx == 0) sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
       // A wide tile's wave 1: the second n-block's SB (one SB block per 128-column n-block).
@@ -549,7 +564,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     };
     // Once the stage's wgmmas completed and its scales were read (kEmptyArrivals says who arrives).
     auto release = [&](uint32_t stage) {
-      if (kSaKMajor || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[stage]);
+      if (kSaGather || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[stage]);
       if constexpr (kMulticast) {
         __syncwarp();
         if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[stage], cta_rank ^ 1);
@@ -591,6 +606,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // loop's back edge: ptxas serializes every wgmma when a non-wgmma instruction reads an accumulator written
         // in an earlier iteration while a group is pending (warnings C7514/C7517, rejected by the CPU tests).
         PipelineState<kNumStages> ahead = pipe;  // the next block to issue; `pipe` is the next to release
+        uint32_t release_kb = kb_first();        // the K block of `pipe`
         // `count` is a constant at both call sites; once inlined, the guards fold and the loops unroll.
         auto run_group = [&](const uint32_t count) {
 #pragma unroll
@@ -605,7 +621,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 #pragma unroll
           for (uint32_t d = 0; d < kKDepth; ++d) {
             if (d < count) {
-              const Scales sc = load_scales(pipe.stage, 0, wide);
+              const Scales sc = load_scales(pipe.stage, 0, wide, release_kb++);
               ptx::wgmma_wait_group_at_most(count - 1 - d);
               release(pipe.stage);
               pipe.advance();
@@ -640,7 +656,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             // With half batches the scales are read before the turn, so that the first half's promotion is ready to
             // run once its wgmmas complete (read after the issue, ptxas schedules it after the second half's wait).
             Scales sc;
-            if constexpr (kBatchParts == 2) sc = load_scales(pipe.stage, w, wide);
+            if constexpr (kBatchParts == 2) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
             const uint32_t c_turn = LoopClocks::mark();
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
             const uint32_t c_issue = LoopClocks::mark();
@@ -648,7 +664,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             const uint32_t c_wait = LoopClocks::mark();
             // Read the stage's scales while the tensor cores work, before releasing the stage.
-            if constexpr (kBatchParts == 1) sc = load_scales(pipe.stage, w, wide);
+            if constexpr (kBatchParts == 1) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
             const bool promotes = !FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count();
             using Assign = Constant<decltype(is_first)::value && kAssignFirst>;
             if constexpr (kBatchParts == 2) {
