@@ -75,7 +75,7 @@ int usage() {
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
       "          [--flush memset|read] [--experts random|equal] [--data normal|uniform]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
-      "          --data: quantized normal operands (a model's, the anchors'; default) or uniform fp8 codes\n"
+      "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
       "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
       "          output element (the checker must fail); --cpu checks the checker without a GPU\n"
@@ -142,7 +142,7 @@ int cmd_bench(const Args& args) {
     std::fprintf(stderr, "finegemm bench: --experts is random or equal, got '%s'\n", experts.c_str());
     return 2;
   }
-  // Operand data: quantized normals (a model's operands, and DeepGEMM's tests, so the anchors') or uniform fp8 codes,
+  // Operand data: quantized normals (a model's operands, as DeepGEMM's tests draw them) or uniform fp8 codes,
   // which flip more bits per product: the power-capped large shapes then run at a lower clock (docs/performance.md).
   const std::string data = args.get("data", "normal");
   if (data != "normal" && data != "uniform") {
@@ -161,9 +161,9 @@ int cmd_bench(const Args& args) {
               experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
   std::printf("operands: %s\n", data == "normal"
                                      ? "normal values quantized per token (A) and per 128x128 block (B), as a model's "
-                                       "and the anchors' (--data uniform: uniform fp8 codes, more power)"
+                                       "and DeepGEMM's tests' (--data uniform: uniform fp8 codes, more power)"
                                      : "uniform fp8 codes with log-uniform scales 2^-10..2^10 (more bit flips, more "
-                                       "power than a model's operands; the anchors used quantized normals)");
+                                       "power than a model's operands)");
   // The anchors are kernel times from the torch profiler (CUPTI records): compare like with like when CUPTI loads.
   std::string no_cupti_why;
   const bool kernel_time = ft::kernel_timer_available(&no_cupti_why);

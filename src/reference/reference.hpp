@@ -89,9 +89,9 @@ void fill_random_scales(std::vector<float>& out, uint64_t seed, int lo_exp = -10
 void fill_random_normal(std::vector<float>& out, uint64_t seed, float stddev = 1.0f);
 // Model-like operands: standard normal values quantized as the quantizers above do, in blocks of `block_rows` x 128
 // (1: per token, as activations; 128: per block, as weights), written straight into `codes` [rows, cols] and
-// `scales` (K-major: [ceil(rows / block_rows), KB]), both resized. This is what DeepGEMM's tests (and so the anchors)
-// feed the kernels; uniform codes (fill_random_fp8) spread over every exponent and flip more bits per product, which
-// spends more power. Bands of block rows are drawn on all hardware threads, each from its own seeded generator:
+// `scales` (K-major: [ceil(rows / block_rows), KB]), both resized. This is what DeepGEMM's tests feed the kernels;
+// uniform codes (fill_random_fp8) spread over every exponent and flip more bits per product, which spends more
+// power. Bands of block rows are drawn on all hardware threads, each from its own seeded generator:
 // the result depends on the seed only.
 void fill_quantized_normal_fp8(std::vector<uint8_t>& codes, std::vector<float>& scales, int64_t rows, int64_t cols,
                                int64_t block_rows, uint64_t seed);

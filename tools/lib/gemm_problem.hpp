@@ -25,7 +25,7 @@ struct ProblemShape {
 /// What the operands hold. kUniform: fp8 codes drawn uniformly over the finite codes, with scales log-uniform over
 /// [2^scale_lo_exp, 2^scale_hi_exp] (the correctness default: every exponent, every scale range). kNormal: standard
 /// normal values quantized per token (A) and per 128x128 block (B) with the quantizers' own scales, as a model's
-/// operands and DeepGEMM's tests (the anchors' data); uniform codes flip more bits per product and spend more power.
+/// operands and DeepGEMM's tests; uniform codes flip more bits per product and spend more power.
 enum class DataKind { kUniform, kNormal };
 
 /// Options of the random problem.
