@@ -46,6 +46,19 @@ float quantize_block(const float* x, int64_t ld, int64_t rows, int64_t cols, uin
 
 double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1p-53; }  // [0, 1)
 
+// n normally distributed floats (mean 0, standard deviation `stddev`) into out: Box-Muller, two values per pair of
+// uniforms (written out so the sequence does not depend on the standard library).
+void draw_normals(std::mt19937_64& rng, float* out, size_t n, double stddev) {
+  for (size_t i = 0; i < n; i += 2) {
+    const double u1 = 1.0 - uniform01(rng);  // (0, 1]
+    const double u2 = uniform01(rng);
+    const double radius = std::sqrt(-2.0 * std::log(u1)) * stddev;
+    const double angle = 2.0 * std::numbers::pi * u2;
+    out[i] = static_cast<float>(radius * std::cos(angle));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(radius * std::sin(angle));
+  }
+}
+
 }  // namespace
 
 QuantizedMatrix quantize_per_token(const float* x, int64_t rows, int64_t cols) {
@@ -157,15 +170,7 @@ void fill_random_scales(std::vector<float>& out, uint64_t seed, int lo_exp, int 
 
 void fill_random_normal(std::vector<float>& out, uint64_t seed, float stddev) {
   std::mt19937_64 rng(seed);
-  // Box-Muller, two values per pair of uniforms (written out so the sequence does not depend on the standard library).
-  for (size_t i = 0; i < out.size(); i += 2) {
-    const double u1 = 1.0 - uniform01(rng);  // (0, 1]
-    const double u2 = uniform01(rng);
-    const double radius = std::sqrt(-2.0 * std::log(u1)) * stddev;
-    const double angle = 2.0 * std::numbers::pi * u2;
-    out[i] = static_cast<float>(radius * std::cos(angle));
-    if (i + 1 < out.size()) out[i + 1] = static_cast<float>(radius * std::sin(angle));
-  }
+  draw_normals(rng, out.data(), out.size(), stddev);
 }
 
 void fill_quantized_normal_fp8(std::vector<uint8_t>& codes, std::vector<float>& scales, int64_t rows, int64_t cols,
@@ -177,18 +182,13 @@ void fill_quantized_normal_fp8(std::vector<uint8_t>& codes, std::vector<float>& 
   const int64_t num_k_blocks = ceil_div(cols, kBlockK);
   codes.assign(static_cast<size_t>(rows * cols), 0);
   scales.assign(static_cast<size_t>(num_bands * num_k_blocks), 0.0f);
-  // One band of block rows: its normals (Box-Muller, as fill_random_normal), then the blocks quantized in place.
+  // One band of block rows: its normals, then the blocks quantized in place.
   auto fill_band = [&](int64_t band, std::vector<float>& x) {
     const int64_t r0 = band * block_rows;
     const int64_t height = std::min(block_rows, rows - r0);
     x.resize(static_cast<size_t>(height * cols));
     std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(band) * 0xD1B54A32D192ED03ull + 1);
-    for (size_t i = 0; i < x.size(); i += 2) {
-      const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform01(rng)));
-      const double angle = 2.0 * std::numbers::pi * uniform01(rng);
-      x[i] = static_cast<float>(radius * std::cos(angle));
-      if (i + 1 < x.size()) x[i + 1] = static_cast<float>(radius * std::sin(angle));
-    }
+    draw_normals(rng, x.data(), x.size(), 1.0);
     for (int64_t kb = 0; kb < num_k_blocks; ++kb) {
       const int64_t c0 = kb * kBlockK;
       scales[static_cast<size_t>(band * num_k_blocks + kb)] =

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -111,6 +112,20 @@ std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int st
 
 std::string dense_kernel(int block_m, int block_n, int64_t k, int stages, bool sa_k_major) {
   return kernel_of(GemmKind::kNormal, block_m, block_n, k, stages, sa_k_major);
+}
+
+/// Compiles `names`, expects clean compiler logs, and calls `check(i, sass)` on each kernel's SASS; without nvdisasm
+/// the SASS checks are skipped, loudly.
+void compile_and_check_sass(const std::vector<std::string>& names,
+                            const std::function<void(size_t, const std::string&)>& check) {
+  const auto binaries = compile_all(names);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  for (size_t i = 0; i < names.size(); ++i) {
+    expect_clean_log(names[i], *binaries[i]);
+    if (!nvdisasm.empty()) check(i, finegemm::test::disassemble(binaries[i]->cubin, nvdisasm));
+  }
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
 }
 
 }  // namespace
@@ -264,19 +279,12 @@ TEST(KernelsCompile, KMajorScalesByTmaBoxesOrGathered) {
     const std::string mode = c.tma ? ", 2u, 1u>" : ", 1u, 1u>";  // kSaKMajorTma / kSaKMajorGather, then split-K 1
     EXPECT_NE(names.back().find(mode), std::string::npos) << names.back();
   }
-  const auto binaries = compile_all(names);
-  ASSERT_FALSE(HasFailure());
-  const std::string nvdisasm = finegemm::test::find_nvdisasm();
-  for (size_t i = 0; i < names.size(); ++i) {
-    expect_clean_log(names[i], *binaries[i]);
-    if (nvdisasm.empty()) continue;
-    const std::string sass = finegemm::test::disassemble(binaries[i]->cubin, nvdisasm);
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     const bool gathers = sass.find("LDGSTS") != std::string::npos;
     EXPECT_EQ(gathers, !cases[i].tma) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-  }
-  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+  });
 }
 
 // BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,
@@ -290,18 +298,11 @@ TEST(KernelsCompile, OddEighthBlockNsCompileWithoutSpills) {
       for (bool k_major : {false, true}) names.push_back(dense_kernel(block_m, block_n, 7168, 4, k_major));
     }
   }
-  const auto binaries = compile_all(names);
-  ASSERT_FALSE(HasFailure());
-  const std::string nvdisasm = finegemm::test::find_nvdisasm();
-  for (size_t i = 0; i < names.size(); ++i) {
-    expect_clean_log(names[i], *binaries[i]);
-    if (nvdisasm.empty()) continue;
-    const std::string sass = finegemm::test::disassemble(binaries[i]->cubin, nvdisasm);
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     EXPECT_NE(sass.find("STSM.16.M88.2"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-  }
-  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+  });
 }
 
 namespace {
