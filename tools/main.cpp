@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 #include "lib/cublaslt_baseline.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
+#include "lib/power.hpp"
 #include "lib/shapes.hpp"
 #include "lib/timing.hpp"
 #include "stress.hpp"
@@ -73,7 +75,7 @@ int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
-      "          [--flush memset|read] [--experts random|equal] [--data normal|uniform]\n"
+      "          [--flush memset|read] [--experts random|equal] [--data normal|uniform] [--power SECONDS]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
       "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
@@ -149,6 +151,14 @@ int cmd_bench(const Args& args) {
     std::fprintf(stderr, "finegemm bench: --data is normal or uniform, got '%s'\n", data.c_str());
     return 2;
   }
+  // --power S: after each row, both libraries' calls replayed back to back for S seconds each (a server's steady
+  // load, no flush), with the card's power (NVML), energy per call and SM clock.
+  const double power_seconds = args.has("power") ? std::stod(args.get("power", "1")) : 0.0;
+  std::unique_ptr<ft::PowerMeter> meter;
+  if (power_seconds > 0) {
+    meter = std::make_unique<ft::PowerMeter>(0);
+    if (!meter->available()) std::printf("power: NVML unavailable (%s): sustained times only\n", meter->why().c_str());
+  }
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -223,6 +233,8 @@ int cmd_bench(const Args& args) {
   };
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
   int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
+  double log_sustained = 0;
+  int n_sustained = 0;
   std::vector<std::string> sass_rows;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const ft::ProblemShape& s = shapes[i];
@@ -242,6 +254,12 @@ int cmd_bench(const Args& args) {
     const double tflops = problem.flops() / (t.median_us * 1e-6) / 1e12;
     const double gbps = problem.min_bytes() / (t.median_us * 1e-6) / 1e9;
     double cublas_us = 0, cublas_tflops = 0;
+    // Sustained runs (--power) come after both flushed timings, ours first.
+    ft::SustainedRun ours_sustained, cublas_sustained;
+    auto sustain_ours = [&] {
+      ours_sustained = ft::run_sustained([&](cudaStream_t st) { problem.run(k_major, st); }, stream, t.median_us,
+                                         power_seconds, *meter);
+    };
     if (s.kind == fg::GemmKind::kNormal && s.m % 4 == 0) {
       ft::DeviceBuffer d2(size_t(s.m * s.n * 2));
       ft::CublasLtBlockFp8 lt(s.m, s.n, s.k, problem.a.get(), problem.sa_mn_major.as<float>(), problem.b.get(),
@@ -251,8 +269,14 @@ int cmd_bench(const Args& args) {
             ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, true, &flusher, time_source);
         cublas_us = tl.median_us;
         cublas_tflops = problem.flops() / (cublas_us * 1e-6) / 1e12;
+        if (power_seconds > 0) {
+          sustain_ours();
+          cublas_sustained = ft::run_sustained([&](cudaStream_t st) { lt.run(st); }, stream, cublas_us, power_seconds,
+                                               *meter);
+        }
       }
     }
+    if (power_seconds > 0 && ours_sustained.calls == 0) sustain_ours();
     const double best = anchors.best_tflops(s);
     const double x_cublas = cublas_tflops > 0 ? tflops / cublas_tflops : 0;
     const double x_best = best > 0 ? tflops / best : 0;
@@ -272,6 +296,26 @@ int cmd_bench(const Args& args) {
                 t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
                 x_cublas, x_best, verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
+    if (power_seconds > 0) {
+      auto describe = [&](const char* who, const ft::SustainedRun& r) {
+        std::printf("%s %.1f us %.0f TFLOPS %.0f W %.1f mJ %d MHz (%s)", who, r.us_per_call,
+                    problem.flops() / (r.us_per_call * 1e-6) / 1e12, r.watts, r.mj_per_call, r.sm_clock_mhz,
+                    ft::describe_clock_event_reasons(r.clock_event_reasons).c_str());
+      };
+      std::printf("  sustained %.1f s each (graph replays, no flush): ", power_seconds);
+      describe("finegemm", ours_sustained);
+      if (cublas_sustained.calls > 0) {
+        std::printf(" | ");
+        describe("cuBLASLt", cublas_sustained);
+        const double time_ratio = cublas_sustained.us_per_call / ours_sustained.us_per_call;
+        std::printf(" | x cuBLT time %.3f", time_ratio);
+        if (ours_sustained.mj_per_call > 0)
+          std::printf(" energy %.3f", cublas_sustained.mj_per_call / ours_sustained.mj_per_call);
+        log_sustained += std::log(time_ratio);
+        ++n_sustained;
+      }
+      std::printf("\n");
+    }
     if (loop_clocks) print_loop_clocks();
     std::fflush(stdout);
     if (sass_ab) {
@@ -297,6 +341,9 @@ int cmd_bench(const Args& args) {
   }
   std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n", n_cublas ? std::exp(log_cublas / n_cublas) : 0.0,
               n_cublas, n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
+  if (n_sustained > 0)
+    std::printf("geomean x cuBLASLt, sustained: %.3f over %d shapes\n", std::exp(log_sustained / n_sustained),
+                n_sustained);
   std::printf("geomean x best anchor: %.3f over %d shapes (dense %.3f over %d)\n", n_best ? std::exp(log_best / n_best) : 0.0,
               n_best, n_best_normal ? std::exp(log_best_normal / n_best_normal) : 0.0, n_best_normal);
   if (!sass_rows.empty()) {
