@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the wgmma microbenchmarks (docs/performance.md, session 17) on a Hopper GPU:
+# Builds and runs the microbenchmarks (docs/performance.md: wgmma, sessions 17-18; L2 sides, session 22) on a Hopper GPU:
 #   tools/micro/run.sh [BUILD_DIR]      (default build-micro; nvcc from PATH or /usr/local/cuda/bin)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,9 +10,12 @@ python3 "$here/gen_mma.py" > "$out/micro_mma.cuh"
 for bench in wgmma_smem math_structure; do
   "$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$out" -I"$here/../../include" -o "$out/$bench" "$here/$bench.cu"
 done
+"$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$here/.." -o "$out/l2_sides" "$here/l2_sides.cu" \
+  "$here/../lib/power.cpp" -ldl
 if ! nvidia-smi -L 2>/dev/null | grep -q "H100\|H200\|H800\|H20"; then
   echo "tools/micro: built in $out; no Hopper GPU here, not run"
   exit 0
 fi
 "$out/wgmma_smem"
 "$out/math_structure"
+"$out/l2_sides"
