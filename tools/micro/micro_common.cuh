@@ -10,15 +10,7 @@
 #include "finegemm/device/ptx/mbarrier.cuh"
 #include "finegemm/device/ptx/sync.cuh"
 #include "finegemm/device/ptx/wgmma.cuh"
+#include "check.cuh"
 #include "micro_mma.cuh"
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace ptx = finegemm::device::ptx;
