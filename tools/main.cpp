@@ -205,8 +205,9 @@ int cmd_bench(const Args& args) {
     fg::jit::Runtime::instance().set_sass_pass_enabled(false);
   }
 
-  std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s | %s\n", "kind", "G", "M", "N",
-              "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best", "check");
+  std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s %7s | %s\n", "kind", "G", "M",
+              "N", "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best",
+              "x DG", "check");
   // FINEGEMM_LOOP_CLOCKS=1, with kernels built with FINEGEMM_JIT_DEFINES=-DFG_EXPERIMENT=2048: per shape, CTA 0's
   // K-loop clocks summed over its calls (check and timed), per batch of wgmmas, then zeroed for the next shape.
   const char* loop_clocks_env = std::getenv("FINEGEMM_LOOP_CLOCKS");
@@ -233,8 +234,8 @@ int cmd_bench(const Args& args) {
   };
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
   int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
-  double log_sustained = 0;
-  int n_sustained = 0;
+  double log_sustained = 0, log_deepgemm = 0;
+  int n_sustained = 0, n_deepgemm = 0, behind_deepgemm = 0;
   std::vector<std::string> sass_rows;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const ft::ProblemShape& s = shapes[i];
@@ -280,6 +281,14 @@ int cmd_bench(const Args& args) {
     const double best = anchors.best_tflops(s);
     const double x_cublas = cublas_tflops > 0 ? tflops / cublas_tflops : 0;
     const double x_best = best > 0 ? tflops / best : 0;
+    // DeepGEMM measured on the anchors' H100 (x DG): the figure finegemm must beat on every shape.
+    const double deepgemm = anchors.deepgemm_h100_tflops(s);
+    const double x_deepgemm = deepgemm > 0 ? tflops / deepgemm : 0;
+    if (x_deepgemm > 0) {
+      log_deepgemm += std::log(x_deepgemm);
+      ++n_deepgemm;
+      behind_deepgemm += x_deepgemm < 1.0;
+    }
     if (x_cublas > 0) {
       log_cublas += std::log(x_cublas);
       ++n_cublas;
@@ -291,10 +300,12 @@ int cmd_bench(const Args& args) {
       if (s.kind == fg::GemmKind::kNormal) log_best_normal += std::log(x_best), ++n_best_normal;
     }
     const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
-    std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f %7.2f | %s\n",
-                kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
-                t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
-                x_cublas, x_best, verdict.ok ? "ok" : "FAIL");
+    std::printf(
+        "%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f %7.2f %7.2f | "
+        "%s\n",
+        kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(), t.median_us,
+        t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops, x_cublas, x_best,
+        x_deepgemm, verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
     if (power_seconds > 0) {
       auto describe = [&](const char* who, const ft::SustainedRun& r) {
@@ -341,6 +352,9 @@ int cmd_bench(const Args& args) {
   }
   std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n", n_cublas ? std::exp(log_cublas / n_cublas) : 0.0,
               n_cublas, n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
+  if (n_deepgemm > 0)
+    std::printf("geomean x DeepGEMM (measured on the anchors' H100): %.3f over %d shapes, %d of them below 1\n",
+                std::exp(log_deepgemm / n_deepgemm), n_deepgemm, behind_deepgemm);
   if (n_sustained > 0)
     std::printf("geomean x cuBLASLt, sustained: %.3f over %d shapes\n", std::exp(log_sustained / n_sustained),
                 n_sustained);

@@ -21,11 +21,19 @@ class Anchors {
  public:
   void load_normal(const std::string& path);
   void load_grouped(const std::string& path);
+  /// TFLOPS of a seed shape's column, 0 for a shape the files do not list: the best anchor, cuBLASLt measured on
+  /// the anchors' H100 (dense shapes only) and DeepGEMM measured on that H100 (`deepgemm_head_h100_tflops`).
   double best_tflops(const ProblemShape& shape) const;
   double cublaslt_tflops(const ProblemShape& shape) const;
+  double deepgemm_h100_tflops(const ProblemShape& shape) const;
 
  private:
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t>, std::pair<double, double>> table_;
+  struct Row {
+    double best = 0, cublaslt = 0, deepgemm_h100 = 0;
+  };
+  const Row* find(const ProblemShape& shape) const;
+  void load(const std::string& path, bool grouped);
+  std::map<std::tuple<int, int, int64_t, int64_t, int64_t>, Row> table_;
 };
 
 /// Finds a data file shipped in the repository (data/...), searching the source dir, the executable's dir and cwd.
