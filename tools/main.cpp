@@ -153,7 +153,17 @@ int cmd_bench(const Args& args) {
   }
   // --power S: after each row, both libraries' calls replayed back to back for S seconds each (a server's steady
   // load, no flush), with the card's power (NVML), energy per call and SM clock.
-  const double power_seconds = args.has("power") ? std::stod(args.get("power", "1")) : 0.0;
+  double power_seconds = 0;
+  if (args.has("power")) {
+    const std::string v = args.get("power");
+    char* end = nullptr;
+    power_seconds = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(power_seconds > 0 && power_seconds <= 600)) {
+      std::fprintf(stderr, "finegemm bench: --power takes seconds per sustained run, 0 < S <= 600, got '%s'\n",
+                   v.c_str());
+      return 2;
+    }
+  }
   std::unique_ptr<ft::PowerMeter> meter;
   if (power_seconds > 0) {
     meter = std::make_unique<ft::PowerMeter>(0);
