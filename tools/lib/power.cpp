@@ -41,6 +41,7 @@ PowerMeter::PowerMeter(int cuda_device) {
     why_ = "NVML did not initialize";
     return;
   }
+  initialized_ = true;
   char bus_id[32] = {};
   if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), cuda_device) != cudaSuccess) {
     why_ = "cudaDeviceGetPCIBusId failed";
@@ -55,33 +56,37 @@ PowerMeter::PowerMeter(int cuda_device) {
 }
 
 PowerMeter::~PowerMeter() {
-  if (device_ != nullptr) {
+  if (initialized_) {
     if (auto shutdown = symbol<NvmlShutdown>(lib_, "nvmlShutdown")) shutdown();
   }
   if (lib_ != nullptr) dlclose(lib_);
 }
 
+void* PowerMeter::entry(const char* name) const { return device_ != nullptr ? dlsym(lib_, name) : nullptr; }
+
 double PowerMeter::energy_mj() const {
-  auto f = symbol<NvmlTotalEnergy>(device_ ? lib_ : nullptr, "nvmlDeviceGetTotalEnergyConsumption");
+  auto f = reinterpret_cast<NvmlTotalEnergy>(entry("nvmlDeviceGetTotalEnergyConsumption"));
   unsigned long long mj = 0;
   return (f != nullptr && f(device_, &mj) == 0) ? double(mj) : -1.0;
 }
 
 int PowerMeter::sm_clock_mhz() const {
-  auto f = symbol<NvmlClockInfo>(device_ ? lib_ : nullptr, "nvmlDeviceGetClockInfo");
+  auto f = reinterpret_cast<NvmlClockInfo>(entry("nvmlDeviceGetClockInfo"));
   unsigned int mhz = 0;
   return (f != nullptr && f(device_, kNvmlClockSm, &mhz) == 0) ? int(mhz) : -1;
 }
 
 double PowerMeter::power_limit_w() const {
-  auto f = symbol<NvmlEnforcedPowerLimit>(device_ ? lib_ : nullptr, "nvmlDeviceGetEnforcedPowerLimit");
+  auto f = reinterpret_cast<NvmlEnforcedPowerLimit>(entry("nvmlDeviceGetEnforcedPowerLimit"));
   unsigned int mw = 0;
   return (f != nullptr && f(device_, &mw) == 0) ? mw / 1000.0 : -1.0;
 }
 
 unsigned long long PowerMeter::clock_event_reasons() const {
-  auto f = symbol<NvmlClockEventReasons>(device_ ? lib_ : nullptr, "nvmlDeviceGetCurrentClocksEventReasons");
-  if (f == nullptr) f = symbol<NvmlClockEventReasons>(device_ ? lib_ : nullptr, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  // The newer name first; drivers before it have the older one.
+  void* e = entry("nvmlDeviceGetCurrentClocksEventReasons");
+  if (e == nullptr) e = entry("nvmlDeviceGetCurrentClocksThrottleReasons");
+  auto f = reinterpret_cast<NvmlClockEventReasons>(e);
   unsigned long long reasons = 0;
   return (f != nullptr && f(device_, &reasons) == 0) ? reasons : 0;
 }

@@ -35,8 +35,12 @@ class PowerMeter {
   unsigned long long clock_event_reasons() const;
 
  private:
+  /// An NVML function of the opened device, or null when unavailable.
+  void* entry(const char* name) const;
+
   void* lib_ = nullptr;
   void* device_ = nullptr;
+  bool initialized_ = false;  // nvmlInit succeeded: shut down in the destructor
   std::string why_;
 };
 
