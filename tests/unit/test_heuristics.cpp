@@ -244,3 +244,22 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
   EXPECT_NE(c.kernel_function().find(", 2u, 1u>"), std::string::npos) << c.kernel_function();
   EXPECT_NE(c.describe().find("sa=k "), std::string::npos) << c.describe();
 }
+
+TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
+  // 4096x4096x7168: 512 tiles of 256x128 run in 4 waves on 132 SMs; 128 CTAs run them in 4 as well (as DeepGEMM
+  // sizes its grid; docs/performance.md, session 23). Grouped layouts keep every SM.
+  const auto c = fh::select_config(dense(4096, 4096, 7168), 132);
+  EXPECT_EQ(c.num_tiles, 512);
+  EXPECT_EQ(c.num_waves, 4);
+  EXPECT_EQ(c.grid, 128) << c.describe();
+  for (int64_t m : {1, 64, 128, 4096})
+    for (int64_t n : {576, 2112, 7168, 24576})
+      for (int64_t k : {512, 7168}) {
+        const auto x = fh::select_config(dense(m, n, k), 132);
+        const int64_t per_round = x.grid / x.split_k;
+        EXPECT_EQ((x.num_tiles + per_round - 1) / per_round, x.num_waves) << x.describe();  // no wave added
+        const int64_t fewer = (x.grid - x.cluster_size) / x.split_k;  // one cluster (or CTA) less
+        if (fewer > 0) EXPECT_GT((x.num_tiles + fewer - 1) / fewer, x.num_waves) << x.describe();  // the fewest
+        EXPECT_EQ(x.grid % x.cluster_size, 0) << x.describe();
+      }
+}
