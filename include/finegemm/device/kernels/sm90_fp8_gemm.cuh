@@ -180,10 +180,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + 32 + (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
-  // SB is read by lane 0 of each math warp and shuffled; gathered SA is read by every math thread; A and B are read
-  // by the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one
-  // arrive per warp.
-  constexpr uint32_t kLocalReleaseArrivals = kSaGather ? kNumMathThreads : kNumMathWarps;
+  // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
+  // lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from one batch
+  // to the next (docs/performance.md, session 23; in the grouped kernels the broadcast made ptxas recompute the wave
+  // count in every K block or serialize the wgmmas). Gathered SA is read by every math thread; A and B are read by
+  // the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one arrive
+  // per warp.
+  constexpr bool kEveryThreadReadsSb = kGemmKind == GemmKind::kNormal && gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1;
+  constexpr uint32_t kLocalReleaseArrivals = kSaGather || kEveryThreadReadsSb ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
       TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA, kTailSplit>;
@@ -509,6 +513,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     auto accum_chunk = [&](uint32_t c) -> float* {
       return &final_accum[c / kChunksPerWave][(c % kChunksPerWave) * 4];
     };
+    bool next_full = false;  // the next stage's full barrier was seen complete during the last promotion
     uint32_t exchange_phase = 0;  // split-K: parity of the partial-sum exchange's current phase
     // FG_EXPERIMENT 2048: cycles summed over the thread's K blocks, per part of the loop (mark() is 0 otherwise).
     struct LoopClocks {
@@ -539,12 +544,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         // part * kPartN / 2 (the m64nNk32 layout puts columns 8c..8c+7 in registers 4c..4c+3).
         auto& part_acc = *reinterpret_cast<float(*)[kPartN / 2]>(&acc[part * (kPartN / 2)]);
         const uint32_t part_b_lo = b_lo + part * ((kPartN * kBlockK) >> 4);
+        // The K steps advance whole 64-bit descriptors: ptxas then gives each wgmma its own uniform registers instead
+        // of rebuilding one set between wgmmas (which made each wait for the previous one to read them).
+        const uint64_t desc_a = ptx::smem_desc_from_words(a_lo, desc_hi);
+        const uint64_t desc_b = ptx::smem_desc_from_words(part_b_lo, desc_hi);
 #pragma unroll
-        for (uint32_t k = 0; k < kBlockK / 32; ++k) {
-          ptx::wgmma_m64k32_e4m3<kPartN>(ptx::smem_desc_from_words(a_lo + k * (32 >> 4), desc_hi),
-                                         ptx::smem_desc_from_words(part_b_lo + k * (32 >> 4), desc_hi), part_acc,
-                                         k > 0);
-        }
+        for (uint32_t k = 0; k < kBlockK / 32; ++k)
+          ptx::wgmma_m64k32_e4m3<kPartN>(desc_a + k * (32 >> 4), desc_b + k * (32 >> 4), part_acc, k > 0);
         ptx::wgmma_commit_group();
       }
     };
@@ -555,16 +561,23 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       const float* sa = sa_rows + stage * kSaFloatsPerStage + (kWide ? 0 : wave * kWaveRows * kSaRowFloats) + column;
       const float sa0 = ptx::ld_shared_f32(sa);
       const float sa1 = ptx::ld_shared_f32(sa + 8 * kSaRowFloats);
-      float2 sb = make_float2(0.0f, 0.0f);
-      if (lane_idx == 0) sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
-      // A wide tile's wave 1: the second n-block's SB (one SB block per 128-column n-block).
-      const float sb0 = __shfl_sync(0xffffffff, kWide && wave == 1 ? sb.y : sb.x, 0);
-      const float sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb.y, 0);
+      float sb0, sb1;
+      if constexpr (kEveryThreadReadsSb) {
+        const float2 sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
+        sb0 = sb.x;
+        sb1 = kUniformScaleB ? sb0 : sb.y;
+      } else {
+        float2 sb = make_float2(0.0f, 0.0f);
+        if (lane_idx == 0) sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
+        // A wide tile's wave 1: the second n-block's SB (one SB block per 128-column n-block).
+        sb0 = __shfl_sync(0xffffffff, kWide && wave == 1 ? sb.y : sb.x, 0);
+        sb1 = kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb.y, 0);
+      }
       return Scales{sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
     };
     // Once the stage's wgmmas completed and its scales were read (kEmptyArrivals says who arrives).
     auto release = [&](uint32_t stage) {
-      if (kSaGather || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[stage]);
+      if (kSaGather || kEveryThreadReadsSb || lane_idx == 0) ptx::mbarrier_arrive(&empty_barriers[stage]);
       if constexpr (kMulticast) {
         __syncwarp();
         if (lane_idx == 1) ptx::mbarrier_arrive_cluster(&empty_barriers[stage], cta_rank ^ 1);
@@ -639,7 +652,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             kNumWaves == 1 || decltype(wide)::value || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
         auto k_block = [&](auto is_first, const uint32_t kb) {
           const uint32_t c_start = LoopClocks::mark();
-          ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+          if (!next_full) ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+          next_full = false;
           if (threadIdx.x == 0) trace_once(2);
           if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.full += LoopClocks::mark() - c_start;
 #pragma unroll
@@ -653,18 +667,20 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               }
               break;
             }
-            // With half batches the scales are read before the turn, so that the first half's promotion is ready to
-            // run once its wgmmas complete (read after the issue, ptxas schedules it after the second half's wait).
+            // Dense kernels and half batches read the scales before the turn, so that the promotion is ready to run
+            // once the wgmmas complete (read after the issue, their loads sat in the chain from one batch to the next,
+            // session 23; with half batches, ptxas scheduled them after the second half's wait).
+            constexpr bool kScalesBeforeTurn = kEveryThreadReadsSb || kBatchParts == 2;
             Scales sc;
-            if constexpr (kBatchParts == 2) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
+            if constexpr (kScalesBeforeTurn) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
             const uint32_t c_turn = LoopClocks::mark();
             if constexpr (kPingPong) ptx::named_barrier_sync(my_turn, 256);
             const uint32_t c_issue = LoopClocks::mark();
             issue_batch(accum[0], pipe.stage, w, wide);
             if constexpr (kPingPong && !FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
             const uint32_t c_wait = LoopClocks::mark();
-            // Read the stage's scales while the tensor cores work, before releasing the stage.
-            if constexpr (kBatchParts == 1) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
+            // Otherwise read the stage's scales while the tensor cores work, before releasing the stage.
+            if constexpr (!kScalesBeforeTurn) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
             const bool promotes = !FG_EXPERIMENT_NO_PROMOTE || decltype(is_first)::value || kb + 1 == kb_count();
             using Assign = Constant<decltype(is_first)::value && kAssignFirst>;
             if constexpr (kBatchParts == 2) {
@@ -681,8 +697,15 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ++clocks.batches;
             }
             if constexpr (kPingPong && FG_EXPERIMENT_TURN_AFTER_WAIT) ptx::named_barrier_arrive(other_turn, 256);
-            // Release the stage (after its last wave) before promotion so TMA refills it meanwhile.
-            if (w + 1 == num_waves) release(pipe.stage);
+            // After its last wave: release the stage before promotion so TMA refills it meanwhile, and look at the
+            // next stage's full barrier, so that the test's latency runs under the promotion instead of in the chain
+            // to the next issue (a stage seen full stays full until this warpgroup releases it).
+            if (w + 1 == num_waves) {
+              release(pipe.stage);
+              PipelineState<kNumStages> next = pipe;
+              next.advance();
+              next_full = ptx::mbarrier_test_wait_parity(&full_barriers[next.stage], next.phase);
+            }
             if (promotes) promote(accum[0], sc, first.value, final_accum[w], Assign(), Constant<kBatchParts - 1>());
             if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.promote += LoopClocks::mark() - c_done;
           }

@@ -69,6 +69,19 @@ FG_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t phase) {
   return done != 0;
 }
 
+/// Whether the phase with parity `phase` has completed, without waiting (acquires like a successful try_wait).
+FG_DEVICE bool mbarrier_test_wait_parity(uint64_t* bar, uint32_t phase) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(phase)
+      : "memory");
+  return done != 0;
+}
+
 FG_DEVICE void mbarrier_wait(uint64_t* bar, uint32_t phase) {
   while (!mbarrier_try_wait_parity(bar, phase)) {
   }

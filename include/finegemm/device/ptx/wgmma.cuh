@@ -49,9 +49,9 @@ FG_DEVICE uint64_t make_smem_desc_k_major_sw128(const void* smem_ptr) {
   return desc;
 }
 
-/// The descriptor made of its two 32-bit words. Advancing only the low word (start address / 16, bits 0-13) keeps
-/// the main loop's descriptor arithmetic to one 32-bit add per operand; shared addresses stay below 256 KB, so the
-/// add never carries out of the field.
+/// The descriptor made of its two 32-bit words. The main loop advances only the low word (start address / 16, bits
+/// 0-13) per stage and adds the K step to the whole descriptor; shared addresses stay below 256 KB, so neither add
+/// carries out of the field.
 FG_DEVICE uint64_t smem_desc_from_words(uint32_t lo, uint32_t hi) {
   uint64_t desc;
   asm("mov.b64 %0, {%1, %2};" : "=l"(desc) : "r"(lo), "r"(hi));
