@@ -306,12 +306,6 @@ class DgLauncher {
   CUtensorMap tma_a_{}, tma_b_{}, tma_d_{}, tma_sfa_{};
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
 struct Options {
   std::string only;
   int rounds = 3, iters = 30;
@@ -452,8 +446,8 @@ int main(int argc, char** argv) {
       row.shape = shape_name(e);
       row.config = e.config.describe();
       row.fg_config = fg_config;
-      row.fg_us = median(fg_rounds);
-      row.dg_us = median(dg_rounds);
+      row.fg_us = ft::summarize_samples(fg_rounds).median;
+      row.dg_us = ft::summarize_samples(dg_rounds).median;
       row.fg_ok = vf.ok;
       row.dg_ok = vd.ok;
       rows.push_back(row);
