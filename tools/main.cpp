@@ -124,11 +124,12 @@ int cmd_bench(const Args& args) {
                                 return std::find(kinds.begin(), kinds.end(), kind_name(s.kind)) == kinds.end();
                               }),
                shapes.end());
+  const bool k_major = args.get("sa", "mn") == "k";
+  const std::vector<ft::UnsupportedShape> skipped = ft::remove_unsupported(shapes, k_major);
   ft::Anchors anchors;
   anchors.load_normal(ft::find_data_file("data/anchors/h100_normal.csv"));
   anchors.load_grouped(ft::find_data_file("data/anchors/h100_grouped.csv"));
   const int iters = int(args.get_int("iters", 30));
-  const bool k_major = args.get("sa", "mn") == "k";
   const bool sass_ab = args.has("sass-ab");
   cudaStream_t stream;
   FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -198,6 +199,9 @@ int cmd_bench(const Args& args) {
                 no_cupti_why.c_str());
   }
 
+  for (const ft::UnsupportedShape& u : skipped)
+    std::printf("skipped %s %d %lld %lld %lld: %s\n", kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
+                (long long)u.shape.n, (long long)u.shape.k, u.reason.c_str());
   // Compile everything first, in parallel.
   {
     std::vector<fg::Problem> problems;
@@ -375,6 +379,8 @@ int cmd_bench(const Args& args) {
                 kernel_time ? "kernel time" : "event time");
     for (const auto& r : sass_rows) std::printf("%s\n", r.c_str());
   }
+  if (!skipped.empty())
+    std::printf("%zu shapes skipped: no kernel configuration fits them (the lines before the table)\n", skipped.size());
   std::printf("%d correctness failures\n", failures);
   FG_CUDA_CHECK(cudaStreamDestroy(stream));
   return failures == 0 ? 0 : 1;

@@ -28,6 +28,8 @@ using jit::Runtime;
 
 constexpr const char* kGemmHeader = "finegemm/device/kernels/sm90_fp8_gemm.cuh";
 constexpr const char* kGemmParameters = "(const __grid_constant__ finegemm::device::GemmArgs)";
+// The SM count a query assumes without a GPU: an H100 SXM's (H800 and H200 have as many).
+constexpr int kDefaultNumSms = 132;
 
 jit::KernelSpec gemm_spec(const KernelConfig& config) {
   jit::KernelSpec spec;
@@ -309,7 +311,7 @@ void set_num_sms(int num_sms) {
 bool is_supported(const Problem& problem, std::string* reason) {
   try {
     check_problem(problem);
-    heuristics::select_config(problem, 132);
+    heuristics::select_config(problem, jit::driver_available() ? get_num_sms() : kDefaultNumSms);
     return true;
   } catch (const Error& e) {
     if (reason != nullptr) *reason = e.message();
@@ -319,7 +321,7 @@ bool is_supported(const Problem& problem, std::string* reason) {
 
 std::string describe_config(const Problem& problem, int num_sms) {
   check_problem(problem);
-  if (num_sms <= 0) num_sms = jit::driver_available() ? get_num_sms() : 132;
+  if (num_sms <= 0) num_sms = jit::driver_available() ? get_num_sms() : kDefaultNumSms;
   return heuristics::select_config(problem, num_sms).describe();
 }
 

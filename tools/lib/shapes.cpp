@@ -168,6 +168,21 @@ Problem problem_of(const ProblemShape& shape, bool sa_k_major) {
   return p;
 }
 
+std::vector<UnsupportedShape> remove_unsupported(std::vector<ProblemShape>& shapes, bool sa_k_major) {
+  std::vector<UnsupportedShape> removed;
+  std::vector<ProblemShape> kept;
+  for (const ProblemShape& s : shapes) {
+    std::string reason;
+    if (is_supported(problem_of(s, sa_k_major), &reason)) {
+      kept.push_back(s);
+    } else {
+      removed.push_back({s, reason});
+    }
+  }
+  shapes = std::move(kept);
+  return removed;
+}
+
 int precompile_all(const std::vector<Problem>& problems, int num_sms, int jobs) {
   // Distinct configurations only.
   std::vector<Problem> todo;

@@ -42,6 +42,16 @@ std::string find_data_file(const std::string& relative);
 /// The Problem the heuristic sees for `shape` with `sa_k_major`.
 Problem problem_of(const ProblemShape& shape, bool sa_k_major);
 
+/// A shape no kernel configuration fits (`finegemm::is_supported` is false), with the reason it gives.
+struct UnsupportedShape {
+  ProblemShape shape;
+  std::string reason;
+};
+
+/// Removes from `shapes` (keeping their order) those no configuration fits with `sa_k_major` and returns them: a
+/// forced configuration (FINEGEMM_FORCE_CONFIG) fits only some seed shapes, and a shape file may hold any shape.
+std::vector<UnsupportedShape> remove_unsupported(std::vector<ProblemShape>& shapes, bool sa_k_major);
+
 /// Compiles the kernels of `problems` for `num_sms` SMs on `jobs` threads. Returns the number compiled (not found in
 /// the caches).
 int precompile_all(const std::vector<Problem>& problems, int num_sms, int jobs);
