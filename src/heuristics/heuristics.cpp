@@ -24,7 +24,7 @@ constexpr double kMathCriticalCycles = 300.0;
 // Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to BLOCK_M=128:
 // the per-K-block work (barrier waits, scales, turns, stage bookkeeping) is shared by two waves and the tile loads
 // 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
-// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP) (docs/performance.md, session 5).
+// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP) (docs/performance-log.md, session 5).
 constexpr double kBlockM256CycleFactor = 0.91;
 // Below 16 K blocks BLOCK_M=256 lost to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512, 251.7 vs
 // 249.0 us at 4096x24576x1536; from K=2048 up it won (97.8 vs 102.4 us at 4096x7168x2048).
@@ -200,7 +200,7 @@ double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
 
 uint32_t sa_mode_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
-  // Measured on an H100 (docs/performance.md, session 21; gather -> TMA boxes, us): faster with many rows and long K
+  // Measured on an H100 (docs/performance-log.md, session 21; gather -> TMA boxes, us): faster with many rows and long K
   // (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
   // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
   // 258.5 -> 305.0, 4096x7168x2048 107.0 -> 120.4, contiguous 8x4096x7168x2048 836.8 -> 1084.6) and at small M
@@ -244,7 +244,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
           } else if (block_n % 16 != 0 && !odd_eighths && forced_config().block_n != block_n) {
             cand.rejected = "BLOCK_N an odd multiple of 8 measured slower on an H100 than the multiples of 16, even "
-                            "where it fills more SMs (docs/performance.md, session 12; "
+                            "where it fills more SMs (docs/performance-log.md, session 12; "
                             "FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1 allows it)";
           } else if (block_n > ceil_div(p.n, int64_t(n_step)) * n_step) {
             cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
@@ -269,11 +269,11 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "split-K halves the K blocks: needs an even number of them";
           } else if (split == 2 && (block_m != 64 || (block_n != 16 && block_n != 32) || p.k < kSplitKMinK)) {
             cand.rejected = "split-K measured faster only with 64-row tiles 16 or 32 columns wide, at K=7168 "
-                            "(docs/performance.md, sessions 6 and 12)";
+                            "(docs/performance-log.md, sessions 6 and 12)";
           } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
             cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
           } else if (split == 2 && unsplit_fills_one_wave && forced_config().split != 2) {
-            cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast: docs/performance.md, "
+            cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast: docs/performance-log.md, "
                             "session 11)";
           } else if (cluster == 2 && split == 1 && !multicast_enabled() && forced_config().cluster != 2) {
             cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
@@ -328,13 +328,13 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// hint vs none): one row block 64x7168x16384 49.3 vs 53.5, 64x4096x7168 15.2 vs 17.0, 128x7168x16384 50.0 vs
 /// 55.1; two 128x2112x7168 (BM=64) 14.9 vs 15.5, masked 2x512x4096x7168 49.5 vs 51.9; three 384x7168x2048 13.9 vs
 /// 15.4; four masked 1x1024x7168x2048 31.0 vs 30.7; many 4096x32768x512 180.2 vs 134.8, contiguous
-/// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance.md, session 7).
+/// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance-log.md, session 7).
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 
 // The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
 // results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
 // global memory cost 14-19 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
-// (docs/performance.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
+// (docs/performance-log.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
 // process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
 bool tail_split_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT"); }
 
@@ -379,7 +379,7 @@ int tail_pieces_for(const Problem& p, const KernelConfig& c, const HardwareModel
 /// Dense GEMMs launch the fewest CTAs that run the same number of waves: the critical path stays the same (each CTA
 /// still takes at most num_waves tiles) and the SMs that would only have run a shorter last round stay idle, out of
 /// the L2 traffic and the power budget of the others. DeepGEMM sizes its grid the same way. Measured on an H100 in
-/// one process each (tools/compare, docs/performance.md, session 23), the same 256x128 kernels on 128 CTAs instead
+/// one process each (tools/compare, docs/performance-log.md, session 23), the same 256x128 kernels on 128 CTAs instead
 /// of 132: 4096x4096x7168 (512 tiles, 4 waves) 169.5 instead of 171.4 us, 4096x7168x2048 (896 tiles, 7 waves) 92.2
 /// instead of 92.9.
 /// Grouped GEMMs keep every SM: their tile count is planned for the largest layout, and fewer rows at run time would

@@ -50,7 +50,7 @@ TEST(Heuristics, EveryRejectionHasAReason) {
 
 TEST(Heuristics, SmallMUsesOneWarpgroupAndFillsTheMachine) {
   // 64x1536x7168: 48 tiles of 64x32, each split over K between the two CTAs of a cluster: 96 CTAs streaming B (on an
-  // H100, session 11: 9.4 us against 10.4 for 96 unsplit 64x16 tiles; docs/performance.md).
+  // H100, session 11: 9.4 us against 10.4 for 96 unsplit 64x16 tiles; docs/performance-log.md).
   const auto c = fh::select_config(dense(64, 1536, 7168), 132);
   EXPECT_EQ(c.block_m, 64);
   EXPECT_EQ(c.split_k, 2);
@@ -196,7 +196,7 @@ TEST(Heuristics, TailSplitCutsOnlyAPartialLastWave) {
   unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
 }
 
-// BLOCK_N an odd multiple of 8 measured slower (docs/performance.md, session 12): left out unless
+// BLOCK_N an odd multiple of 8 measured slower (docs/performance-log.md, session 12): left out unless
 // FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1, which then fills more SMs (64x7168: 128 tiles of 56 columns, not 112 of 64).
 TEST(Heuristics, OddEighthBlockNsOnlyWhenAskedFor) {
   unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
@@ -247,7 +247,7 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
 
 TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
   // 4096x4096x7168: 512 tiles of 256x128 run in 4 waves on 132 SMs; 128 CTAs run them in 4 as well (as DeepGEMM
-  // sizes its grid; docs/performance.md, session 23). Grouped layouts keep every SM.
+  // sizes its grid; docs/performance-log.md, session 23). Grouped layouts keep every SM.
   const auto c = fh::select_config(dense(4096, 4096, 7168), 132);
   EXPECT_EQ(c.num_tiles, 512);
   EXPECT_EQ(c.num_waves, 4);

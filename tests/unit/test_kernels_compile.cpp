@@ -201,7 +201,7 @@ TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
   for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
 }
 
-// The K-loop clock measurement build (FG_EXPERIMENT 2048, docs/performance.md session 19) measures the kernel as it
+// The K-loop clock measurement build (FG_EXPERIMENT 2048, docs/performance-log.md session 19) measures the kernel as it
 // runs: its clock reads add no spill and leave the wgmmas in flight, as in the default build (a device printf, as the
 // trace switch 256 uses, would make ptxas serialize every wgmma: C7510).
 TEST(KernelsCompile, LoopClockBuildKeepsWgmmasInFlight) {
@@ -342,7 +342,7 @@ size_t shortest_wgmma_loop(const std::string& sass) {
 TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
   // The grouped schedulers read m_indices / masked_m; walked with a data-dependent skip loop inside the scheduler,
   // that made ptxas keep the 128-row kernels' pipeline state in per-thread registers: 170 instead of 156 instructions
-  // per K block, 4% slower than dense (docs/performance.md, session 13). The grouped K loop must stay within a few
+  // per K block, 4% slower than dense (docs/performance-log.md, session 13). The grouped K loop must stay within a few
   // instructions of the dense one (256-row tiles: 224-225 vs 220, the run-time skip of a wave without rows).
   const std::vector<std::pair<int, int>> tiles = {{128, 192}, {256, 128}};
   std::vector<std::string> names;

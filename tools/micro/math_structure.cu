@@ -7,7 +7,7 @@
 // Caveat (session 18): these loops are not the kernel's. With a barrier in the loop ptxas re-reads the thread index
 // (S2R) and rebuilds the descriptors inside it, in the path to the next issue, so a ring costs more here than in the
 // kernel (there, leaving out the math's full-barrier wait gained 1.4%).
-// Build and run: tools/micro/run.sh. Results: docs/performance.md, sessions 17 and 18.
+// Build and run: tools/micro/run.sh. Results: docs/performance-log.md, sessions 17 and 18.
 #include <algorithm>
 #include <cstdio>
 #include <type_traits>

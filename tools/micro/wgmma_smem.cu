@@ -2,7 +2,7 @@
 // four m64nNk32 wgmmas (one batch, wait, next), A from shared memory (SS) or from registers loaded by ldmatrix (RS),
 // while a third warpgroup's thread streams 16 KB bulk copies (global -> shared, as TMA loads do) at a set pace.
 // Prints the tensor rate as a fraction of 4096 fp8 MACs per SM clock, and the copies' bytes per clock.
-// Build and run: tools/micro/run.sh. Results: docs/performance.md, session 17.
+// Build and run: tools/micro/run.sh. Results: docs/performance-log.md, session 17.
 #include <algorithm>
 #include <vector>
 

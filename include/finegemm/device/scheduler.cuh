@@ -11,7 +11,7 @@
 // Width of the rasterization bands in n-blocks (-DFG_RASTER_BAND=N through FINEGEMM_JIT_DEFINES measures others).
 // 8 cut L2 traffic by 20% and ran 0-2% faster on the large dense shapes of an H100, but contiguous calls with 10%
 // valid rows then cost 1.435x the packed rows (1.226x with 16): the CTAs' strided tiles meet the skipped padding
-// blocks less evenly (docs/performance.md, session 4).
+// blocks less evenly (docs/performance-log.md, session 4).
 #ifndef FG_RASTER_BAND
 #define FG_RASTER_BAND 16
 #endif
@@ -56,13 +56,13 @@ struct TileScheduler {
   /// of a block split between two experts then each take one expert's half over both n-blocks, so every candidate
   /// holds one full tile's work and no second pass is needed (only for an unpaired last n-block). Before, the halves
   /// ran one n-block at a time, about 0.65 of a full tile each, and the round robin could give one CTA many of them
-  /// (H100, 8 experts of 4224 rows: 16 CTAs took all 256 halves; docs/performance.md, session 14).
+  /// (H100, 8 experts of 4224 rows: 16 CTAs took all 256 halves; docs/performance-log.md, session 14).
   static constexpr bool kWideHalves = kContiguousHalves && BLOCK_N == 128 && kClusterSize == 1 && !kTailSplit;
   /// With wide halves and an even n-block count (no second pass), when the last round of candidates has at most half
   /// as many tiles as there are CTAs, each of them becomes two candidates, one per 128-row half (a block of one
   /// expert: both halves computed; a block split between experts: the first candidate as before, the second without
   /// work). The CTAs that took a whole tile in the last round then take about 0.65 of one (the cost of a half tile,
-  /// docs/performance.md, session 14): with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles.
+  /// docs/performance-log.md, session 14): with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles.
   /// Measured on an H100 (session 15): the two K=7168 contiguous seed draws 0.5-0.7% faster (1% predicted).
   static constexpr bool kTailHalves = kWideHalves && kNumNBlocks % 2 == 0;
 
@@ -71,7 +71,7 @@ struct TileScheduler {
   /// (rows clamped to M_sum; -1 past it). Their addresses follow from the block alone, so the loads are in flight
   /// together: one global-memory round trip per candidate. (Loading the next candidate's entries during the current
   /// tile measured 1.4-3.6% slower on an H100: ptxas moves them to uniform registers right after the loads and waits
-  /// there; docs/performance.md, session 6.)
+  /// there; docs/performance-log.md, session 6.)
   struct Probe {
     int32_t first = -1, first_last = -1, second = -1, second_last = -1;
   };
@@ -202,7 +202,7 @@ struct TileScheduler {
   /// (`has_work` false: a contiguous block of padding, or a 256-row block's second half of the same expert; nothing to
   /// load or compute). The same tiles as next(), for callers that skip in their own loop: with the skip loop inside
   /// next(), whose exit depends on loaded m_indices, ptxas gave the math warps of grouped 128-row kernels a K loop with
-  /// the pipeline state in per-thread registers (170 instead of 156 instructions; docs/performance.md, session 13).
+  /// the pipeline state in per-thread registers (170 instead of 156 instructions; docs/performance-log.md, session 13).
   FG_HOST_DEVICE bool next_candidate(Tile& tile, bool& has_work) {
     has_work = true;
     if constexpr (kKind == GemmKind::kGroupedMasked) {
@@ -275,7 +275,7 @@ struct TileScheduler {
     if constexpr (kKind == GemmKind::kNormal) {
       // A last row block that M ends inside moves up to end at row M (when M >= BLOCK_M), rounded up to a row
       // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
-      // past A (a box reaching far past the end measured up to 28% slower, docs/performance.md, session 8).
+      // past A (a box reaching far past the end measured up to 28% slower, docs/performance-log.md, session 8).
       // The rows it shares with the block before are computed twice and written only by that block.
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
       if (num_rows >= BLOCK_M && moved_base < tile.row_base) {

@@ -93,7 +93,7 @@ FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) {
 /// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
 /// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
 /// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
-/// faster than depth 4 at BN=32 (H100, docs/performance.md session 4), so there only BN 48..64 use depth 4.
+/// faster than depth 4 at BN=32 (H100, docs/performance-log.md session 4), so there only BN 48..64 use depth 4.
 FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
   return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
          : block_m == 128 ? (block_n > 32 && block_n <= 64 ? 4 : 1)
@@ -103,7 +103,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_
 /// Commit groups one K block's wgmmas of a warpgroup are split into when two warpgroups take turns: with 2, each
 /// group covers half the columns (m64n(BLOCK_N/2)k32) and the first half is promoted while the second runs, which
 /// shortens the path from a batch's completion to the warpgroup's next issue. It costs twice the wgmma instructions and
-/// a second read of A from shared memory per batch. H100 (docs/performance.md, session 20): BLOCK_N=192 (m64n96k32
+/// a second read of A from shared memory per batch. H100 (docs/performance-log.md, session 20): BLOCK_N=192 (m64n96k32
 /// halves) 0.3-2.4% faster at K >= 1536 and 1% slower at K=512 (4 K blocks); BLOCK_N=128 at BLOCK_M=256 (m64n64k32
 /// halves) 1-9% slower; BLOCK_N=160 mostly slower. Halves need BLOCK_N / 2 to be a multiple of 8 (B's 128-byte
 /// swizzle atoms of 8 rows).
@@ -115,7 +115,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_
 /// grouped GEMMs with 256-row tiles, whose contiguous blocks split between two experts and masked groups' last rows
 /// make such tiles. With only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one (H100:
 /// 8 experts of 4224 rows, 4 such blocks in 132, 1.2% faster with the half box). Loading every tile as two 128-row boxes
-/// instead made full tiles ~1% slower (docs/performance.md, session 13).
+/// instead made full tiles ~1% slower (docs/performance-log.md, session 13).
 FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, uint32_t a_split) {
   return grouped && block_m == 256 && a_split == 1;
 }

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kASplit = (kMulticast && kMulticastOnA) ? 2 : 1;
   constexpr uint32_t kBSplit = (kMulticast && !kMulticastOnA) ? 2 : 1;
   // B's loads are issued by a thread of their own (producer warp 2): with one thread issuing A, SA and B, that
-  // thread's loop paced the narrow small-M tiles (docs/performance.md, session 7). Each issuer announces its own
+  // thread's loop paced the narrow small-M tiles (docs/performance-log.md, session 7). Each issuer announces its own
   // bytes (arrive.expect_tx) before its loads.
   constexpr bool kSeparateBIssuer = !FG_EXPERIMENT_ONE_TMA_THREAD && !FG_EXPERIMENT_NO_LOADS;
   constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4);
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
   // lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from one batch
-  // to the next (docs/performance.md, session 23; in the grouped kernels the broadcast made ptxas recompute the wave
+  // to the next (docs/performance-log.md, session 23; in the grouped kernels the broadcast made ptxas recompute the wave
   // count in every K block or serialize the wgmmas). Gathered SA is read by every math thread; A and B are read by
   // the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one arrive
   // per warp.
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   }
   // Every thread waits for the peer here, split-K included. (Split-K's producer could start loading before: nothing
   // crosses the cluster until the partial sums. Waiting only in the math threads and at the producer's end ran
-  // 0.4-0.5 us faster on an H100, but compute-sanitizer's racecheck then never finished: docs/performance.md,
+  // 0.4-0.5 us faster on an H100, but compute-sanitizer's racecheck then never finished: docs/performance-log.md,
   // session 11.)
   if constexpr (kClusterSize > 1) {
     ptx::cluster_arrive();
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const int32_t sa_kb_base = (kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(kNumKBlocks) : 0;
         // A with fewer rows than BLOCK_M comes in a box of only its rows (rounded up to 8, set on the host): a box
         // reaching many rows past the tensor's end measured up to 28% slower for the whole GEMM (H100,
-        // docs/performance.md, session 8). The smem rows left unwritten feed only output rows that are not stored.
+        // docs/performance-log.md, session 8). The smem rows left unwritten feed only output rows that are not stored.
         // Grouped 256-row tiles of at most 128 rows (kAHalfBox) load only those through a box of 128 rows.
         const bool a_half = kAHalfBox && tile.compute_rows <= int32_t(BLOCK_M / 2);
         const TmaDescriptor* tma_a = a_half ? &args.tma_a_half : &args.tma_a;
@@ -481,7 +481,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     if constexpr (kWideTiles)
       desc_b2_lo = ptx::opaque(static_cast<uint32_t>(ptx::make_smem_desc_k_major_sw128(smem_a + kWideBOffset)));
     const float* sa_rows = smem_sa + r0 * kSaRowFloats;
-    // Two ways to keep the tensor pipe busy while a warpgroup promotes (docs/performance.md, session 4):
+    // Two ways to keep the tensor pipe busy while a warpgroup promotes (docs/performance-log.md, session 4):
     // - kKDepth > 1: a warpgroup issues kKDepth K blocks into separate accumulators, then promotes each as it
     //   completes while the later ones run;
     // - kKDepth == 1 with two math warpgroups: they take turns issuing their K block's wgmmas (a named-barrier token
