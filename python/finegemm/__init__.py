@@ -16,6 +16,8 @@ from ._C import (
 )
 from ._C import version as _version
 
+get_mk_alignment_for_contiguous_layout = get_m_alignment_for_contiguous_layout  # DeepGEMM 2.x's name
+
 __version__ = _version()
 
 from ._names import TENSOR_FUNCTIONS as _TENSOR_FUNCTIONS
@@ -38,8 +40,12 @@ except ImportError as _error:  # the queries above still work
     del _name
 else:
     from .ops import (  # noqa: F401
+        fp8_gemm_nt,
         gemm_fp8_fp8_bf16_nt,
         get_col_major_tma_aligned_tensor,
+        get_mn_major_tma_aligned_tensor,
+        m_grouped_fp8_gemm_nt_contiguous,
+        m_grouped_fp8_gemm_nt_masked,
         m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
         m_grouped_gemm_fp8_fp8_bf16_nt_masked,
         per_block_cast_to_fp8,
@@ -51,6 +57,7 @@ __all__ = [
     "set_num_sms",
     "get_num_sms",
     "get_m_alignment_for_contiguous_layout",
+    "get_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",
     "device_error_flags",
     "reset_device_error_flags",

@@ -7,4 +7,9 @@ TENSOR_FUNCTIONS = (
     "per_token_cast_to_fp8",
     "per_block_cast_to_fp8",
     "get_col_major_tma_aligned_tensor",
+    # DeepGEMM 2.x's names for the same functions (finegemm.ops).
+    "fp8_gemm_nt",
+    "m_grouped_fp8_gemm_nt_contiguous",
+    "m_grouped_fp8_gemm_nt_masked",
+    "get_mn_major_tma_aligned_tensor",
 )

@@ -147,6 +147,44 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
           (out, masked_m), ("out", "masked_m"), expected_m)
 
 
+# ---- DeepGEMM 2.x names ---------------------------------------------------------------------------------------------
+# DeepGEMM renamed its GEMMs after its first release (fp8_gemm_nt, ...) and gave them arguments for other scaling
+# recipes, an added accumulator and Blackwell's UE8M0 scales. On Hopper's recipe (fp32 scales per 1x128 of A and per
+# 128x128 of B) the same calls run the GEMMs above; an argument finegemm has no kernel for raises ValueError instead
+# of being ignored. `compiled_dims` (which sizes DeepGEMM compiles into a kernel: finegemm always compiles N and K)
+# and `disable_ue8m0_cast` (fp32 scales are never cast on Hopper) change nothing here.
+
+_RECIPE = (1, 128, 128)
+
+
+def _check_deepgemm_arguments(recipe, c=None):
+    if c is not None:
+        raise ValueError("c is not supported: finegemm writes d = a @ b.T without adding an accumulator; pass c=None")
+    if recipe is not None and tuple(recipe) != _RECIPE:
+        raise ValueError(f"recipe {tuple(recipe)} is not supported: finegemm scales a per 1x128 and b per 128x128 "
+                         f"block, recipe {_RECIPE} (or None)")
+
+
+def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims="nk", disable_ue8m0_cast=False):
+    """DeepGEMM 2.x's name for ``gemm_fp8_fp8_bf16_nt(a, b, d)``: ``a = (fp8 [M, K], scales)``,
+    ``b = (fp8 [N, K], scales)``, ``d`` bf16 ``[M, N]``. ``c`` must be None and ``recipe`` None or (1, 128, 128)."""
+    _check_deepgemm_arguments(recipe, c)
+    gemm_fp8_fp8_bf16_nt(a, b, d)
+
+
+def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, recipe=None, compiled_dims="nk", disable_ue8m0_cast=False):
+    """DeepGEMM 2.x's name for ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, m_indices)``."""
+    _check_deepgemm_arguments(recipe)
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, m_indices)
+
+
+def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, compiled_dims="nk",
+                                 disable_ue8m0_cast=False):
+    """DeepGEMM 2.x's name for ``m_grouped_gemm_fp8_fp8_bf16_nt_masked(a, b, d, masked_m, expected_m)``."""
+    _check_deepgemm_arguments(recipe)
+    m_grouped_gemm_fp8_fp8_bf16_nt_masked(a, b, d, masked_m, expected_m)
+
+
 # ---- Layouts --------------------------------------------------------------------------------------------------------
 
 
@@ -180,6 +218,9 @@ def get_col_major_tma_aligned_tensor(x):
     out = _mn_major_scales(x.shape[0] if x.dim() == 3 else None, rows, k_blocks, x.device)
     out.copy_(x)
     return out
+
+
+get_mn_major_tma_aligned_tensor = get_col_major_tma_aligned_tensor  # DeepGEMM 2.x's name
 
 
 # ---- Quantizers -----------------------------------------------------------------------------------------------------

@@ -52,6 +52,26 @@ def test_unsupported_dtypes_and_objects_raise_type_error():
 
 
 @pytest.mark.torch
+def test_deepgemm_2x_names_refuse_what_finegemm_has_no_kernel_for():
+    lhs, rhs, out = dense_operands("cpu")
+    with pytest.raises(ValueError, match="c is not supported"):
+        finegemm.fp8_gemm_nt(lhs, rhs, out, c=out)
+    with pytest.raises(ValueError, match=r"recipe \(1, 1, 128\) is not supported"):
+        finegemm.fp8_gemm_nt(lhs, rhs, out, recipe=(1, 1, 128))
+    grouped_rhs = (rhs[0][None], rhs[1][None])
+    m_indices = torch.zeros(64, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"recipe \(128, 128, 128\) is not supported"):
+        finegemm.m_grouped_fp8_gemm_nt_contiguous(lhs, grouped_rhs, out, m_indices, recipe=(128, 128, 128))
+    masked_m = torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"recipe \(1, 128, 1\) is not supported"):
+        finegemm.m_grouped_fp8_gemm_nt_masked((lhs[0][None], lhs[1][None]), grouped_rhs, out[None], masked_m, 64,
+                                              recipe=(1, 128, 1))
+    # Hopper's recipe passes the check and reaches the GEMM, which names the CPU tensor.
+    with pytest.raises(ValueError, match="lhs must be a CUDA tensor"):
+        finegemm.fp8_gemm_nt(lhs, rhs, out, recipe=(1, 128, 128), compiled_dims="nk", disable_ue8m0_cast=True)
+
+
+@pytest.mark.torch
 def test_quantizer_rank_is_checked_before_allocating():
     with pytest.raises(ValueError, match=r"x must have rank 2 or 3, got shape \(128,\)"):
         finegemm.per_token_cast_to_fp8(torch.randn(128))

@@ -165,6 +165,32 @@ def test_m_grouped_gemm_masked(num_groups, m_max, n, k, expected_m):
     check_masked(out, lhs, rhs, masked_m, f"masked G={num_groups} M_max={m_max} N={n} K={k} (seed {seed})")
 
 
+def test_deepgemm_2x_names_run_the_same_kernels():
+    """fp8_gemm_nt and the m_grouped_fp8_gemm_nt_* names give bit for bit what the first-release names give."""
+    fgtest.seed()
+    a, sa = quantized(fgtest.activations(129, 2048), False)
+    b, sb = quantized(fgtest.weights(2112, 2048), True)
+    first, second = fgtest.poisoned_bf16(129, 2112), fgtest.poisoned_bf16(129, 2112)
+    finegemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), first)
+    finegemm.fp8_gemm_nt((a, finegemm.get_mn_major_tma_aligned_tensor(sa)), (b, sb), second, recipe=(1, 128, 128))
+    torch.cuda.synchronize()
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+
+    lhs, rhs, m_indices, _ = contiguous_problem(4, 576, 1024, 200, (1,))
+    first, second = fgtest.poisoned_bf16(m_indices.numel(), 576), fgtest.poisoned_bf16(m_indices.numel(), 576)
+    finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, first, m_indices)
+    finegemm.m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, second, m_indices)
+    torch.cuda.synchronize()
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+
+    lhs, rhs, masked_m = masked_problem(3, 128, 576, 1024)
+    first, second = fgtest.poisoned_bf16(3, 128, 576), fgtest.poisoned_bf16(3, 128, 576)
+    finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, first, masked_m, 64)
+    finegemm.m_grouped_fp8_gemm_nt_masked(lhs, rhs, second, masked_m, 64)
+    torch.cuda.synchronize()
+    assert torch.equal(first.view(torch.int16), second.view(torch.int16))
+
+
 def test_device_error_flag_for_an_expert_id_out_of_range():
     fgtest.seed()
     lhs, rhs, m_indices, segments = contiguous_problem(2, 256, 512, 128)

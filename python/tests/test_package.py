@@ -31,9 +31,13 @@ def test_api_names():
     for name in ("gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
                  "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "set_num_sms", "get_num_sms",
                  "get_m_alignment_for_contiguous_layout", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor",
-                 "per_token_cast_to_fp8", "per_block_cast_to_fp8"):
+                 "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+                 # DeepGEMM 2.x's names
+                 "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
+                 "get_mk_alignment_for_contiguous_layout", "get_mn_major_tma_aligned_tensor"):
         assert callable(getattr(finegemm, name)), name
         assert name in finegemm.__all__
+    assert finegemm.get_mk_alignment_for_contiguous_layout() == finegemm.get_m_alignment_for_contiguous_layout()
 
 
 @pytest.mark.skipif(fgtest.TORCH_MISSING is None, reason="PyTorch is installed: the no-torch fallback is not in use")
