@@ -14,8 +14,9 @@
 //        With M >= 1024 and KB >= 32 a multiple of 4 (row stride a multiple of 4 floats, base 16-byte aligned) the
 //        kernel reads them by TMA, a box of 4 K blocks per stage: on an H100, 1.7-3.5% slower than MN-major scales at
 //        the seed shapes with K = 7168 and 16384. Otherwise it gathers them with 4-byte asynchronous copies: 1-18%
-//        slower at M = 64 and 128, 5-12% at the larger seed shapes with K <= 2048 (docs/performance-log.md, session 21).
-//        For the fastest calls, pass MN-major scales (get_col_major_tma_aligned_tensor in Python converts).
+//        slower at M = 64 and 128, 5-12% at the larger seed shapes with K <= 2048 (docs/performance-log.md,
+//        session 21). For the fastest calls, pass MN-major scales (get_col_major_tma_aligned_tensor in Python
+//        converts).
 //  - Weight scales SB: [NB, KB] row-major (as stored in checkpoints), [G, NB, KB] for grouped GEMMs.
 //  - Output D: bf16 row-major with 16-byte aligned rows (N % 8 == 0).
 //  - Alignment: every base pointer 16-byte aligned; K % 16 == 0 (16-byte TMA row stride of A and B); N % 8 == 0.

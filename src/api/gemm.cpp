@@ -133,8 +133,8 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   const uint32_t a_split = (multicast && cfg.multicast_on_a) ? 2 : 1;
   const uint32_t b_split = (multicast && !cfg.multicast_on_a) ? 2 : 1;
   const int64_t kb = (c.k + 127) / 128;
-  // A box reaching far past A's last row is slow (up to 28% of the GEMM, docs/performance-log.md, session 8): with fewer
-  // rows than one tile, the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
+  // A box reaching far past A's last row is slow (up to 28% of the GEMM, docs/performance-log.md, session 8): with
+  // fewer rows than one tile, the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
   args.a_box_rows = uint32_t(cfg.block_m) / a_split;
   if (a_split == 1 && c.a_rows < cfg.block_m) args.a_box_rows = uint32_t((c.a_rows + 7) / 8 * 8);
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),

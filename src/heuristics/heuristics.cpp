@@ -200,8 +200,8 @@ double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
 
 uint32_t sa_mode_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
-  // Measured on an H100 (docs/performance-log.md, session 21; gather -> TMA boxes, us): faster with many rows and long K
-  // (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
+  // Measured on an H100 (docs/performance-log.md, session 21; gather -> TMA boxes, us): faster with many rows and long
+  // K (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
   // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
   // 258.5 -> 305.0, 4096x7168x2048 107.0 -> 120.4, contiguous 8x4096x7168x2048 836.8 -> 1084.6) and at small M
   // (128x4096x7168 19.9 -> 21.6, 64x7168x2048 9.2 -> 11.6).
@@ -334,8 +334,8 @@ constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 // The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
 // results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
 // global memory cost 14-19 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
-// (docs/performance-log.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so a
-// process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
+// (docs/performance-log.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so
+// a process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
 bool tail_split_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT"); }
 
 // Odd-eighth BLOCK_N (24, 40, ...) measured slower than the default picks on most shapes (session 12): off unless

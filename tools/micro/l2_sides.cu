@@ -1,4 +1,5 @@
-// Microbenchmark: the two sides of an H100's L2, and what reading across them costs (docs/performance-log.md, session 22).
+// Microbenchmark: the two sides of an H100's L2, and what reading across them costs (docs/performance-log.md,
+// session 22).
 //
 // An H100's L2 is two partitions; each 4 KB chunk of memory has its home in one of them, and each SM sits next to
 // one. An atomic runs at the chunk's home, so its latency tells the side:

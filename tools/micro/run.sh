@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the microbenchmarks (docs/performance-log.md: wgmma, sessions 17-18; L2 sides, session 22) on a Hopper GPU:
+# Builds and runs the microbenchmarks on a Hopper GPU (docs/performance-log.md: wgmma, sessions 17-18; L2 sides,
+# session 22):
 #   tools/micro/run.sh [BUILD_DIR]      (default build-micro; nvcc from PATH or /usr/local/cuda/bin)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
   // lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from one batch
-  // to the next (docs/performance-log.md, session 23; in the grouped kernels the broadcast made ptxas recompute the wave
-  // count in every K block or serialize the wgmmas). Gathered SA is read by every math thread; A and B are read by
+  // to the next (docs/performance-log.md, session 23; in the grouped kernels the broadcast made ptxas recompute the
+  // wave count in every K block or serialize the wgmmas). Gathered SA is read by every math thread; A and B are read by
   // the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one arrive
   // per warp.
   constexpr bool kEveryThreadReadsSb = kGemmKind == GemmKind::kNormal && gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1;
