@@ -121,9 +121,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return 0;
 }
 
-// NOTE: shapes.cpp also holds precompile_all(), which calls into the JIT; the parser never does. These stand-ins
-// keep the fuzzer free of the library, NVRTC and the CUDA runtime.
+// NOTE: shapes.cpp also holds precompile_all() and remove_unsupported(), which call into the library's heuristic
+// and JIT; the parser never does. These stand-ins keep the fuzzer free of the library, NVRTC and the CUDA runtime.
 namespace finegemm {
 std::string describe_config(const Problem&, int) { fail("describe_config is not linked into the fuzzer"); }
 bool precompile(const Problem&, int) { fail("precompile is not linked into the fuzzer"); }
+bool is_supported(const Problem&, std::string*) { fail("is_supported is not linked into the fuzzer"); }
 }  // namespace finegemm
