@@ -75,7 +75,7 @@ int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
-      "          [--flush memset|read] [--experts random|equal] [--data normal|uniform] [--power SECONDS]\n"
+      "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--power SECONDS]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
       "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
@@ -134,10 +134,13 @@ int cmd_bench(const Args& args) {
   cudaStream_t stream;
   FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::string flush = args.get("flush", "memset");
-  if (flush != "memset" && flush != "read") {
-    std::fprintf(stderr, "finegemm bench: --flush is memset or read, got '%s'\n", flush.c_str());
+  if (flush != "memset" && flush != "read" && flush != "none") {
+    std::fprintf(stderr, "finegemm bench: --flush is memset, read or none, got '%s'\n", flush.c_str());
     return 2;
   }
+  // none: no flush between calls, so operands, kernel code and parameters may still be in the L2 (a warm-cache time,
+  // for comparison with the flushed ones; not the anchors' method).
+  const bool flush_l2 = flush != "none";
   ft::L2Flusher flusher(256ull << 20, flush == "read" ? ft::FlushMode::kRead : ft::FlushMode::kMemset);
   // Contiguous rows per expert: drawn at random around M (a router's spread, the default) or exactly M each.
   const std::string experts = args.get("experts", "random");
@@ -175,9 +178,9 @@ int cmd_bench(const Args& args) {
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 flushed (%s)\n",
               fg::version(), prop.name, fg::get_num_sms(), copy_gbps, k_major ? "K-major" : "MN-major", iters,
-              flush == "read"
-                  ? "read: a 256 MiB read leaves clean lines; the anchors were measured after a memset"
-                  : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
+              flush == "read"   ? "read: a 256 MiB read leaves clean lines; the anchors were measured after a memset"
+              : flush == "none" ? "none: no flush between calls (warm L2, not the anchors' method)"
+                                : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
   std::printf("rows per expert (contiguous layout): %s\n",
               experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
   std::printf("operands: %s\n", data == "normal"
@@ -281,7 +284,7 @@ int cmd_bench(const Args& args) {
                               problem.sb.as<float>(), d2.get());
       if (lt.supported()) {
         const ft::Timing tl =
-            ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, true, &flusher, time_source);
+            ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, flush_l2, &flusher, time_source);
         cublas_us = tl.median_us;
         cublas_tflops = problem.flops() / (cublas_us * 1e-6) / 1e12;
         if (power_seconds > 0) {
@@ -355,7 +358,7 @@ int cmd_bench(const Args& args) {
       problem.d.download(a_on.data(), a_on.size());
       const bool identical = a_off == a_on;
       const ft::Timing ton = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3,
-                                             true, &flusher, time_source);
+                                             flush_l2, &flusher, time_source);
       fg::jit::Runtime::instance().set_sass_pass_enabled(false);
       char row[256];
       std::snprintf(row, sizeof(row), "%-10s %4d %6lld %6lld %6lld | off %8.1f us | on %8.1f us | on/off %.3f | bitwise %s",
