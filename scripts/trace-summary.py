@@ -15,7 +15,7 @@ import re
 import statistics
 import sys
 
-FIELDS = ["setup", "full", "kdone", "epi", "mathdone", "a0", "b0", "alast", "exit", "prod", "tile", "sb0", "math", "xchg", "xrel", "arg", "mtile", "mhz"]
+FIELDS = ["setup", "full", "kdone", "epi", "mathdone", "a0", "b0", "alast", "exit", "prod", "tile", "sb0", "math", "xchg", "xrel", "arg", "mtile", "brole", "bparam", "btile", "bwait", "bexp", "bprewait", "mhz"]
 
 
 def calls_of(traces):

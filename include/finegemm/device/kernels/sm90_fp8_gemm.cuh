@@ -221,8 +221,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // complete), 6 first A load issued, 7 first B load issued, 8 last A load issued, 9 exit, 10 A's issuer in its
   // role, 11 it has its first tile, 12 the scale warp's first arrive, 13 math thread 0 in its role, 14 split-K: the
   // first partial sums sent (CTA 1) or received (CTA 0), 15 CTA 0 released the exchange buffer, 16 A's issuer read
-  // a kernel parameter no earlier code reads, 17 math thread 0 has its first tile.
-  constexpr uint32_t kTraceSlots = 18;
+  // a kernel parameter no earlier code reads, 17 math thread 0 has its first tile; B's issuer: 18 in its role, 19 it
+  // read a kernel parameter, 20 it has its first tile, 21 its first empty-barrier wait returned, 22 its first
+  // arrive.expect_tx returned, 23 it is about to wait for its first empty stage. ptxas may read a point's timer ahead of
+  // independent work that precedes it in the source (slot 20's came before the scheduler's arithmetic, session 28).
+  constexpr uint32_t kTraceSlots = 24;
   __shared__ uint64_t trace[FG_EXPERIMENT_TRACE ? kTraceSlots : 1];
   auto trace_at = [&](uint32_t slot) {
     if constexpr (FG_EXPERIMENT_TRACE) trace[slot] = ptx::global_timer();
@@ -231,6 +234,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     if constexpr (FG_EXPERIMENT_TRACE) {
       if (trace[slot] == 0) trace[slot] = ptx::global_timer();
     }
+  };
+  // Waits for a loaded value here (a trap on a value no caller passes: an empty asm statement would let ptxas move or
+  // drop the load), so that the next time point includes the load.
+  [[maybe_unused]] auto trace_consume = [](int32_t v) {
+    asm volatile("{\n.reg .pred p;\nsetp.eq.s32 p, %0, -2147483647;\n@p trap;\n}" ::"r"(v));
   };
   // Thread 0's clock64 at entry: with %globaltimer at exit, the SM clock's average over the CTA's life (mhz=).
   [[maybe_unused]] long long trace_clock0 = 0;
@@ -336,8 +344,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     if (producer_warp == 0 && lane_idx == 0) {
       // TMA issuer of A and SA (and of B under FG_EXPERIMENT 64).
       if constexpr (FG_EXPERIMENT_TRACE) {
-        const int32_t v = args.num_a_rows;
-        asm volatile("" ::"r"(v));
+        trace_consume(args.num_a_rows);
         trace_at(16);
       }
       while (scheduler.next(tile)) {
@@ -399,12 +406,21 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
     } else if (kSeparateBIssuer && producer_warp == 2 && lane_idx == 0) {
       // TMA issuer of B.
+      if constexpr (FG_EXPERIMENT_TRACE) {
+        trace_at(18);
+        trace_consume(args.num_groups);
+        trace_at(19);
+      }
       while (scheduler.next(tile)) {
+        trace_once(20);
         const bool wide = kWideTiles && tile.wide;
 #pragma unroll 1
         for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
+          trace_once(23);
           ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          trace_once(21);
           ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], wide ? 2 * kBBytes : kBBytes);
+          trace_once(22);
           load_b(tile, pipe.stage, kb);
           if (wide) load_b(tile, pipe.stage, kb, true);
           trace_once(7);
@@ -903,9 +919,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       auto at = [&](uint32_t i) { return trace[i] == 0 ? -1 : int(trace[i] - t0); };
       printf(
           "FGTRACE cta=%d sm=%d t0=%llu setup=%d full=%d kdone=%d epi=%d mathdone=%d a0=%d b0=%d alast=%d exit=%d "
-          "prod=%d tile=%d sb0=%d math=%d xchg=%d xrel=%d arg=%d mtile=%d mhz=%d\n",
+          "prod=%d tile=%d sb0=%d math=%d xchg=%d xrel=%d arg=%d mtile=%d brole=%d bparam=%d btile=%d bwait=%d bexp=%d "
+          "bprewait=%d mhz=%d\n",
           int(blockIdx.x), int(ptx::sm_id()), (unsigned long long)t0, at(1), at(2), at(3), at(4), at(5), at(6), at(7),
-          at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17),
+          at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17), at(18), at(19), at(20),
+          at(21), at(22), at(23),
           int(clocks * 1000 / (long long)(trace[9] - t0 > 0 ? trace[9] - t0 : 1)));
     }
   }
