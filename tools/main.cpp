@@ -176,11 +176,13 @@ int cmd_bench(const Args& args) {
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 flushed (%s)\n",
+  std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 %s\n",
               fg::version(), prop.name, fg::get_num_sms(), copy_gbps, k_major ? "K-major" : "MN-major", iters,
-              flush == "read"   ? "read: a 256 MiB read leaves clean lines; the anchors were measured after a memset"
-              : flush == "none" ? "none: no flush between calls (warm L2, not the anchors' method)"
-                                : "256 MiB memset, as the anchors: its dirty lines are written back during each timed kernel");
+              flush == "read"
+                  ? "flushed (read: a 256 MiB read leaves clean lines; the anchors were measured after a memset)"
+              : flush == "none" ? "not flushed between calls (--flush none: a warm L2, not the anchors' method)"
+                                : "flushed (256 MiB memset, as the anchors: its dirty lines are written back during "
+                                  "each timed kernel)");
   std::printf("rows per expert (contiguous layout): %s\n",
               experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
   std::printf("operands: %s\n", data == "normal"
