@@ -240,6 +240,18 @@ int cmd_bench(const Args& args) {
     FG_CUDA_CHECK(cudaDeviceSynchronize());
     FG_CUDA_CHECK(cudaMemcpy(w, reinterpret_cast<void*>(buffer + offset), sizeof(w), cudaMemcpyDeviceToHost));
     FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + offset), 0, sizeof(w)));
+    uint32_t pw[12] = {};
+    const size_t producer_offset = dev::kProducerClockWord * sizeof(uint32_t);
+    FG_CUDA_CHECK(cudaMemcpy(pw, reinterpret_cast<void*>(buffer + producer_offset), sizeof(pw), cudaMemcpyDeviceToHost));
+    FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + producer_offset), 0, sizeof(pw)));
+    const char* roles[3] = {"A issuer", "B issuer", "scale warp"};
+    for (int r = 0; r < 3; ++r) {
+      const uint32_t* v = pw + 4 * r;
+      const double st = v[0] > 0 ? double(v[0]) : 1.0;
+      std::printf("  producer clocks %-10s: stages %u | cycles per stage: waiting for an empty stage %.1f, issuing "
+                  "%.1f, in the role %.1f\n",
+                  roles[r], v[0], v[1] / st, v[2] / st, v[3] / st);
+    }
     for (uint32_t wg = 0; wg < 2; ++wg) {
       const uint32_t* v = w + wg * dev::kLoopClockWordsPerWarpgroup;
       const double b = v[0] > 0 ? double(v[0]) : 1.0;

@@ -12,6 +12,11 @@ namespace finegemm::device {
 inline constexpr uint32_t kErrorBufferWords = 64;
 inline constexpr uint32_t kLoopClockWord = 32;
 inline constexpr uint32_t kLoopClockWordsPerWarpgroup = 9;
+/// Measurement builds (FG_EXPERIMENT 2048) also add, over every CTA, A's TMA issuer's stages, cycles waiting for empty
+/// stages, cycles issuing and cycles in its role from word kProducerClockWord on, then B's issuer's four words, then
+/// the scale warp's (lane 0).
+inline constexpr uint32_t kProducerClockWord = kLoopClockWord + 2 * kLoopClockWordsPerWarpgroup;
+static_assert(kProducerClockWord + 12 <= kErrorBufferWords, "measurement words fit the error buffer");
 
 struct GemmArgs {
   TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, a_box_rows), 128B swizzle

@@ -41,12 +41,19 @@
 // 512: every thread returns at entry (the launch's own cost)
 // 2048: K-loop clocks (one accumulator per warpgroup): each math thread sums the SM cycles of the loop's parts in
 //       registers; CTA 0's warpgroup leaders add them, and their warpgroup's life in cycles and in ns, to measurement
-//       words that `finegemm bench` prints when FINEGEMM_LOOP_CLOCKS=1 (results stay right)
+//       words that `finegemm bench` prints when FINEGEMM_LOOP_CLOCKS=1 (results stay right). The TMA issuers and the
+//       scale warp of every CTA add their stages, their cycles waiting for empty stages, issuing, and in their role.
+// 4096: A's issuer loads no SA (its bytes are not expected either)
+// 8192: A's issuer loads A only on the ring's first pass (later stages reuse what the first pass loaded)
+// 131072: no scale warp: SB is never staged (the math reads stale values) and the full barriers do not wait for it
 // 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
 //        right)
 // 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
 #ifndef FG_EXPERIMENT
 #define FG_EXPERIMENT 0
+#endif
+#ifndef FG_K_DEPTH
+#define FG_K_DEPTH 0
 #endif
 #define FG_EXPERIMENT_NO_PROMOTE ((FG_EXPERIMENT & 1) != 0)
 #define FG_EXPERIMENT_NO_LOADS ((FG_EXPERIMENT & 2) != 0)
@@ -58,6 +65,9 @@
 #define FG_EXPERIMENT_TRACE ((FG_EXPERIMENT & 256) != 0)
 #define FG_EXPERIMENT_EMPTY ((FG_EXPERIMENT & 512) != 0)
 #define FG_EXPERIMENT_LOOP_CLOCKS ((FG_EXPERIMENT & 2048) != 0)
+#define FG_EXPERIMENT_NO_SA_LOADS ((FG_EXPERIMENT & 4096) != 0)
+#define FG_EXPERIMENT_A_FIRST_PASS ((FG_EXPERIMENT & 8192) != 0)
+#define FG_EXPERIMENT_NO_SCALE_WARP ((FG_EXPERIMENT & 131072) != 0)
 #define FG_EXPERIMENT_WHOLE_BATCHES ((FG_EXPERIMENT & 16384) != 0)
 #define FG_EXPERIMENT_HALF_BATCHES ((FG_EXPERIMENT & 32768) != 0)
 
@@ -177,7 +187,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   // The TMA issuers (with their bytes) and the scale warp's lanes; with gathered SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
-  constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + 32 + (kSaGather ? 32 : 0);
+  constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + (FG_EXPERIMENT_NO_SCALE_WARP ? 0 : 32) + (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
@@ -225,7 +235,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // read a kernel parameter, 20 it has its first tile, 21 its first empty-barrier wait returned, 22 its first
   // arrive.expect_tx returned, 23 it is about to wait for its first empty stage. ptxas may read a point's timer ahead of
   // independent work that precedes it in the source (slot 20's came before the scheduler's arithmetic, session 28).
-  constexpr uint32_t kTraceSlots = 24;
+  // Slots 24-31 are SM cycles (clock64) over the CTA's whole life, not times: A's issuer waiting for empty stages /
+  // in its role, B's issuer the same, the scale warp's lane 0 the same, math thread 0 waiting for full stages / in
+  // its role.
+  constexpr uint32_t kTraceSlots = 32;
   __shared__ uint64_t trace[FG_EXPERIMENT_TRACE ? kTraceSlots : 1];
   auto trace_at = [&](uint32_t slot) {
     if constexpr (FG_EXPERIMENT_TRACE) trace[slot] = ptx::global_timer();
@@ -233,6 +246,23 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   auto trace_once = [&](uint32_t slot) {
     if constexpr (FG_EXPERIMENT_TRACE) {
       if (trace[slot] == 0) trace[slot] = ptx::global_timer();
+    }
+  };
+  // A barrier wait whose cycles add up in `sum` (trace builds).
+  auto timed_wait = [&](uint64_t* barrier, uint32_t phase, long long& sum) {
+    if constexpr (FG_EXPERIMENT_TRACE) {
+      const long long c0 = clock64();
+      ptx::mbarrier_wait(barrier, phase);
+      sum += clock64() - c0;
+    } else {
+      (void)sum;
+      ptx::mbarrier_wait(barrier, phase);
+    }
+  };
+  [[maybe_unused]] auto trace_cycles = [&](uint32_t slot, long long wait, long long life_start) {
+    if constexpr (FG_EXPERIMENT_TRACE) {
+      trace[slot] = uint64_t(wait);
+      trace[slot + 1] = uint64_t(clock64() - life_start);
     }
   };
   // Waits for a loaded value here (a trap on a value no caller passes: an empty asm statement would let ptxas move or
@@ -341,6 +371,37 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
     };
 
+    [[maybe_unused]] long long wait_cycles = 0;
+    [[maybe_unused]] const long long life_start = FG_EXPERIMENT_TRACE ? clock64() : 0;
+    // FG_EXPERIMENT 2048: the role's stages, cycles waiting for empty stages, issuing, and in the role.
+    struct ProducerClocks {
+      uint32_t stages = 0, wait = 0, issue = 0, start = 0, mark = 0;
+      FG_DEVICE void begin_wait() {
+        if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) mark = ptx::clock32();
+      }
+      FG_DEVICE void end_wait() {
+        if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
+          const uint32_t now = ptx::clock32();
+          wait += now - mark;
+          mark = now;
+        }
+      }
+      FG_DEVICE void end_issue() {
+        if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
+          issue += ptx::clock32() - mark;
+          ++stages;
+        }
+      }
+      FG_DEVICE void publish(uint32_t* words) const {
+        if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
+          const uint32_t values[4] = {stages, wait, issue, ptx::clock32() - start};
+#pragma unroll
+          for (uint32_t i = 0; i < 4; ++i) ptx::red_add_global(words + i, values[i]);
+        }
+      }
+    } pclocks;
+    if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) pclocks.start = ptx::clock32();
+    [[maybe_unused]] uint32_t issued = 0;  // stages this issuer has filled (FG_EXPERIMENT 8192)
     if (producer_warp == 0 && lane_idx == 0) {
       // TMA issuer of A and SA (and of B under FG_EXPERIMENT 64).
       if constexpr (FG_EXPERIMENT_TRACE) {
@@ -363,7 +424,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         const uint32_t a_bytes = kASplit == 2 ? kABytes : kABytes - Layout::kABytesPerStage + a_box_rows * kBlockK;
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
         for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
-          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          pclocks.begin_wait();
+          timed_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1, wait_cycles);
+          pclocks.end_wait();
           uint64_t* full = &full_barriers[pipe.stage];
           if constexpr (FG_EXPERIMENT_NO_LOADS) {
             ptx::mbarrier_arrive(full);
@@ -371,7 +434,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             continue;
           }
           const uint32_t b_bytes = kWideTiles && tile.wide ? 2 * kBBytes : kBBytes;
-          ptx::mbarrier_arrive_expect_tx(full, kSeparateBIssuer ? a_bytes : a_bytes + b_bytes);
+          // Measurement switches 4096 / 8192: SA, or A after the ring's first pass, neither loaded nor expected.
+          const bool load_a = !FG_EXPERIMENT_A_FIRST_PASS || issued++ < kNumStages;
+          constexpr uint32_t kSaBytes = kABytes - Layout::kABytesPerStage;
+          const uint32_t expected = a_bytes - (FG_EXPERIMENT_NO_SA_LOADS ? kSaBytes : 0) -
+                                    (load_a ? 0 : a_bytes - kSaBytes);
+          ptx::mbarrier_arrive_expect_tx(full, kSeparateBIssuer ? expected : expected + b_bytes);
           const int32_t k_idx = int32_t(kb * kBlockK);
           uint8_t* a_dst = smem_a + pipe.stage * Layout::kABytesPerStage;
           float* sa_dst = smem_sa + pipe.stage * kSaFloatsPerStage;
@@ -386,8 +454,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               ptx::tma_load_2d_multicast(&args.tma_sa, full, sa_dst + cta_rank * kRows * kSaRowFloats,
                                          int32_t(kb & ~3u), tile.row_base + int32_t(cta_rank * kRows), 0b11);
           } else {
-            ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
-            if constexpr (kSaMode == kSaMnMajor)
+            if (load_a) ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
+            if constexpr (kSaMode == kSaMnMajor && !FG_EXPERIMENT_NO_SA_LOADS)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
             // K-major: rows of the [rows, KB] view (a masked GEMM's group is in row_base), the 4 K blocks from
             // kb & ~3 (a box must start on a 16-byte boundary of the row: an unaligned start traps); the math reads
@@ -401,9 +469,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           }
           trace_once(6);
           trace_at(8);
+          pclocks.end_issue();
           pipe.advance();
         }
       }
+      trace_cycles(24, wait_cycles, life_start);
+      pclocks.publish(args.error_flags + kProducerClockWord);
     } else if (kSeparateBIssuer && producer_warp == 2 && lane_idx == 0) {
       // TMA issuer of B.
       if constexpr (FG_EXPERIMENT_TRACE) {
@@ -417,17 +488,22 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 #pragma unroll 1
         for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
           trace_once(23);
-          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          pclocks.begin_wait();
+          timed_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1, wait_cycles);
+          pclocks.end_wait();
           trace_once(21);
           ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], wide ? 2 * kBBytes : kBBytes);
           trace_once(22);
           load_b(tile, pipe.stage, kb);
           if (wide) load_b(tile, pipe.stage, kb, true);
           trace_once(7);
+          pclocks.end_issue();
           pipe.advance();
         }
       }
-    } else if (producer_warp == 1) {
+      trace_cycles(26, wait_cycles, life_start);
+      pclocks.publish(args.error_flags + kProducerClockWord + 4);
+    } else if (producer_warp == 1 && !FG_EXPERIMENT_NO_SCALE_WARP) {
       // Scale warp: per stage, the two SB values of the tile's (one or two) 128-column blocks and, when SA is
       // K-major, the stage's column of row scales (gathered with ordinary loads). Every lane arrives.
       while (next_for_warp(tile)) {
@@ -449,7 +525,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           for (uint32_t i = 0; i < num_kb; ++i) {
             const float s0 = __shfl_sync(0xffffffff, sb_first, i);
             const float s1 = __shfl_sync(0xffffffff, sb_second, i);
-            ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+            pclocks.begin_wait();
+            timed_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1, wait_cycles);
+            pclocks.end_wait();
             if (lane_idx == 0) {
               ptx::st_shared_f32(smem_sb + pipe.stage * 2, s0);
               ptx::st_shared_f32(smem_sb + pipe.stage * 2 + 1, s1);
@@ -468,14 +546,21 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             }
             ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
             if (lane_idx == 0) trace_once(12);
+            pclocks.end_issue();
             pipe.advance();
           }
         }
+      }
+      if (lane_idx == 0) {
+        trace_cycles(28, wait_cycles, life_start);
+        pclocks.publish(args.error_flags + kProducerClockWord + 8);
       }
     }
   } else {
     ptx::setmaxnreg_inc<kMathRegisters>();
     if (threadIdx.x == 0) trace_at(13);
+    [[maybe_unused]] long long full_wait_cycles = 0;
+    [[maybe_unused]] const long long math_life_start = FG_EXPERIMENT_TRACE ? clock64() : 0;
     const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t wg_thread = threadIdx.x % 128;
     const uint32_t warp_in_wg = warp_idx % 4;
@@ -502,7 +587,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     //   completes while the later ones run;
     // - kKDepth == 1 with two math warpgroups: they take turns issuing their K block's wgmmas (a named-barrier token
     //   passed right after each issue), so the tensor pipe runs one warpgroup's batch while the other promotes.
-    constexpr uint32_t kKDepth = FG_EXPERIMENT_SINGLE_BUFFER ? 1 : gemm_k_depth(BLOCK_M, BLOCK_N);
+    // FG_K_DEPTH (measurement define): another number of K blocks in flight where the default keeps several.
+    constexpr uint32_t kKDepth = FG_EXPERIMENT_SINGLE_BUFFER                             ? 1
+                                 : FG_K_DEPTH > 0 && gemm_k_depth(BLOCK_M, BLOCK_N) > 1 ? FG_K_DEPTH
+                                                                                       : gemm_k_depth(BLOCK_M, BLOCK_N);
     constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1 && !FG_EXPERIMENT_NO_PINGPONG;
     // With turns, a K block's wgmmas as kBatchParts commit groups of kPartN columns (gemm_batch_parts).
     constexpr uint32_t kBatchParts = !kPingPong || FG_EXPERIMENT_WHOLE_BATCHES ? 1
@@ -641,7 +729,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 #pragma unroll
           for (uint32_t d = 0; d < kKDepth; ++d) {
             if (d < count) {
-              ptx::mbarrier_wait(&full_barriers[ahead.stage], ahead.phase);
+              timed_wait(&full_barriers[ahead.stage], ahead.phase, full_wait_cycles);
               if (threadIdx.x == 0) trace_once(2);
               issue_batch(accum[d], ahead.stage, 0, wide);
               ahead.advance();
@@ -668,7 +756,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
             kNumWaves == 1 || decltype(wide)::value || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
         auto k_block = [&](auto is_first, const uint32_t kb) {
           const uint32_t c_start = LoopClocks::mark();
-          if (!next_full) ptx::mbarrier_wait(&full_barriers[pipe.stage], pipe.phase);
+          if (!next_full) timed_wait(&full_barriers[pipe.stage], pipe.phase, full_wait_cycles);
           next_full = false;
           if (threadIdx.x == 0) trace_once(2);
           if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.full += LoopClocks::mark() - c_start;
@@ -887,7 +975,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     if constexpr (kSplitK > 1) {
       if (cta_rank == 1) ptx::mbarrier_wait_cluster_acquire(exchange_empty, exchange_phase ^ 1);
     }
-    if (threadIdx.x == 0) trace_at(5);
+    if (threadIdx.x == 0) {
+      trace_at(5);
+      trace_cycles(30, full_wait_cycles, math_life_start);
+    }
     if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
       // Added up over calls in the measurement words of the error-flag buffer (kLoopClockWord on); `finegemm bench`
       // prints them with FINEGEMM_LOOP_CLOCKS=1. (A printf anywhere in the kernel makes ptxas serialize every wgmma.)
@@ -925,6 +1016,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17), at(18), at(19), at(20),
           at(21), at(22), at(23),
           int(clocks * 1000 / (long long)(trace[9] - t0 > 0 ? trace[9] - t0 : 1)));
+      // A second line: device printf takes at most 32 arguments.
+      printf("FGTRACE2 cta=%d t0=%llu await=%llu alife=%llu bwaitc=%llu blife=%llu swait=%llu slife=%llu mwait=%llu "
+             "mlife=%llu\n",
+             int(blockIdx.x), (unsigned long long)t0, (unsigned long long)trace[24], (unsigned long long)trace[25],
+             (unsigned long long)trace[26], (unsigned long long)trace[27], (unsigned long long)trace[28],
+             (unsigned long long)trace[29], (unsigned long long)trace[30], (unsigned long long)trace[31]);
     }
   }
 }
