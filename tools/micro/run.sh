@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the microbenchmarks on a Hopper GPU (docs/performance-log.md: wgmma, sessions 17-18; L2 sides,
-# session 22):
+# session 22; TMA ingress, session 29):
 #   tools/micro/run.sh [BUILD_DIR]      (default build-micro; nvcc from PATH or /usr/local/cuda/bin)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,6 +13,8 @@ for bench in wgmma_smem math_structure; do
 done
 "$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$here/.." -o "$out/l2_sides" "$here/l2_sides.cu" \
   "$here/../lib/power.cpp" -ldl
+"$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$here" -I"$here/../../include" -o "$out/tma_ingress" \
+  "$here/tma_ingress.cu"
 if ! nvidia-smi -L 2>/dev/null | grep -q "H100\|H200\|H800\|H20"; then
   echo "tools/micro: built in $out; no Hopper GPU here, not run"
   exit 0
@@ -20,3 +22,4 @@ fi
 "$out/wgmma_smem"
 "$out/math_structure"
 "$out/l2_sides"
+"$out/tma_ingress"
