@@ -13,8 +13,7 @@ mkdir -p "$OUT_DIR"
 i=0
 for shape in "$@"; do
   i=$((i + 1))
-  shape_file=$(mktemp /tmp/dram-shape-XXXX.csv)
-  printf 'kind,groups,m,n,k\n%s\n' "$shape" > "$shape_file"
+  shape_file=$("$(dirname "$0")/shape-file.sh" "$shape" dram-shape)
   log="$OUT_DIR/dram-$FLUSH-$i.log"
   # The bench's check call, 3 warm-up calls and 3 timed calls of each library; ncu reports every one.
   timeout 300 ncu --clock-control none --cache-control none --target-processes all \

@@ -15,8 +15,7 @@ METRICS+=",dram__bytes_read.sum,lts__t_bytes.sum,sm__cycles_active.avg,sm__cycle
 i=0
 for shape in "$@"; do
   i=$((i + 1))
-  shape_file=$(mktemp /tmp/profile-shape-XXXX.csv)
-  printf 'kind,groups,m,n,k\n%s\n' "$shape" > "$shape_file"
+  shape_file=$("$(dirname "$0")/shape-file.sh" "$shape" profile-shape)
   log="$OUT_DIR/profile-${PROFILE_TAG:-}$i.log"
   timeout 240 ncu --clock-control none --target-processes all -k regex:sm90_fp8_gemm -c 1 --metrics "$METRICS" \
     "$BUILD/finegemm" bench --shapes "$shape_file" --iters 2 > "$log" 2>&1
