@@ -242,7 +242,8 @@ int cmd_bench(const Args& args) {
     FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + offset), 0, sizeof(w)));
     uint32_t pw[12] = {};
     const size_t producer_offset = dev::kProducerClockWord * sizeof(uint32_t);
-    FG_CUDA_CHECK(cudaMemcpy(pw, reinterpret_cast<void*>(buffer + producer_offset), sizeof(pw), cudaMemcpyDeviceToHost));
+    FG_CUDA_CHECK(
+        cudaMemcpy(pw, reinterpret_cast<void*>(buffer + producer_offset), sizeof(pw), cudaMemcpyDeviceToHost));
     FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + producer_offset), 0, sizeof(pw)));
     const char* roles[3] = {"A issuer", "B issuer", "scale warp"};
     for (int r = 0; r < 3; ++r) {

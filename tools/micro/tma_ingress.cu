@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, 1) ingress_kernel(const __grid_const
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
-  const int32_t b_row = int32_t((blockIdx.x % plan.n_slices) * plan.block_n);  // two SMs share a slice when the grid wraps
+  // Two SMs share a slice of B when the grid wraps around N.
+  const int32_t b_row = int32_t((blockIdx.x % plan.n_slices) * plan.block_n);
   if (warp == 0) {
     const long long c0 = clock64();
     const unsigned long long t0 = ptx::global_timer();

@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   // The TMA issuers (with their bytes) and the scale warp's lanes; with gathered SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
-  constexpr uint32_t kFullArrivals = (kSeparateBIssuer ? 2 : 1) + (FG_EXPERIMENT_NO_SCALE_WARP ? 0 : 32) + (kSaGather ? 32 : 0);
+  constexpr uint32_t kFullArrivals =
+      (kSeparateBIssuer ? 2 : 1) + (FG_EXPERIMENT_NO_SCALE_WARP ? 0 : 32) + (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
