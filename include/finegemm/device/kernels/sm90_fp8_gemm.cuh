@@ -46,6 +46,8 @@
 // 4096: A's issuer loads no SA (its bytes are not expected either)
 // 8192: A's issuer loads A only on the ring's first pass (later stages reuse what the first pass loaded)
 // 131072: no scale warp: SB is never staged (the math reads stale values) and the full barriers do not wait for it
+// 262144: B's issuer loads B only on the ring's first pass (later stages reuse it; with 8192 and 4096, only the
+//         ring's first pass loads anything, the handshakes stay)
 // 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
 //        right)
 // 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
@@ -68,6 +70,7 @@
 #define FG_EXPERIMENT_NO_SA_LOADS ((FG_EXPERIMENT & 4096) != 0)
 #define FG_EXPERIMENT_A_FIRST_PASS ((FG_EXPERIMENT & 8192) != 0)
 #define FG_EXPERIMENT_NO_SCALE_WARP ((FG_EXPERIMENT & 131072) != 0)
+#define FG_EXPERIMENT_B_FIRST_PASS ((FG_EXPERIMENT & 262144) != 0)
 #define FG_EXPERIMENT_WHOLE_BATCHES ((FG_EXPERIMENT & 16384) != 0)
 #define FG_EXPERIMENT_HALF_BATCHES ((FG_EXPERIMENT & 32768) != 0)
 
@@ -402,7 +405,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
     } pclocks;
     if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) pclocks.start = ptx::clock32();
-    [[maybe_unused]] uint32_t issued = 0;  // stages this issuer has filled (FG_EXPERIMENT 8192)
+    [[maybe_unused]] uint32_t issued = 0;  // stages this issuer has filled (FG_EXPERIMENT 8192 and 262144)
     if (producer_warp == 0 && lane_idx == 0) {
       // TMA issuer of A and SA (and of B under FG_EXPERIMENT 64).
       if constexpr (FG_EXPERIMENT_TRACE) {
@@ -493,10 +496,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           timed_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1, wait_cycles);
           pclocks.end_wait();
           trace_once(21);
-          ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], wide ? 2 * kBBytes : kBBytes);
+          const bool load_b_now = !FG_EXPERIMENT_B_FIRST_PASS || issued++ < kNumStages;  // switch 262144
+          ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], !load_b_now ? 0u : wide ? 2 * kBBytes : kBBytes);
           trace_once(22);
-          load_b(tile, pipe.stage, kb);
-          if (wide) load_b(tile, pipe.stage, kb, true);
+          if (load_b_now) {
+            load_b(tile, pipe.stage, kb);
+            if (wide) load_b(tile, pipe.stage, kb, true);
+          }
           trace_once(7);
           pclocks.end_issue();
           pipe.advance();
