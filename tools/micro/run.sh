@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the microbenchmarks on a Hopper GPU (docs/performance-log.md: wgmma, sessions 17-18; L2 sides,
-# session 22; TMA ingress, session 29):
+# session 22; TMA ingress, session 29; B's DRAM stream, session 30):
 #   tools/micro/run.sh [BUILD_DIR]      (default build-micro; nvcc from PATH or /usr/local/cuda/bin)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +15,8 @@ done
   "$here/../lib/power.cpp" -ldl
 "$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$here" -I"$here/../../include" -o "$out/tma_ingress" \
   "$here/tma_ingress.cu"
+"$nvcc" -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 -I"$here" -I"$here/../../include" -o "$out/b_stream" \
+  "$here/b_stream.cu"
 if ! nvidia-smi -L 2>/dev/null | grep -q "H100\|H200\|H800\|H20"; then
   echo "tools/micro: built in $out; no Hopper GPU here, not run"
   exit 0
@@ -23,3 +25,4 @@ fi
 "$out/math_structure"
 "$out/l2_sides"
 "$out/tma_ingress"
+"$out/b_stream"
