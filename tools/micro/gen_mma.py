@@ -13,7 +13,8 @@ for n in (16, 32, 64, 128, 192, 256):
     print(f"template <>\nstruct WgmmaFp8Rs<{n}> {{")
     print("  static __device__ __forceinline__ void mma(const uint32_t* a, uint64_t db, float* d, uint32_t sc) {")
     print(f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{num + 5}, 0;\\n"')
-    print(f'                 "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{regs}}}, {a}, %{num + 4}, p, 1, 1;\\n}}\\n"')
+    instr = f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{regs}}}, {a}, %{num + 4}, p, 1, 1;"
+    print(f'                 "{instr}\\n}}\\n"')
     print(f"                 : {ops}")
     print('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(sc));')
     print("  }\n};\n")
