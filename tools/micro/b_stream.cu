@@ -28,6 +28,7 @@
 #include "finegemm/device/ptx/mbarrier.cuh"
 #include "finegemm/device/ptx/sync.cuh"
 #include "finegemm/device/ptx/tma.cuh"
+#include "tma_map.cuh"
 
 namespace ptx = finegemm::device::ptx;
 using finegemm::device::TmaDescriptor;
@@ -176,35 +177,16 @@ __global__ void __launch_bounds__(64, 1) stream_kernel(const __grid_constant__ T
   }
 }
 
-using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeFn encode_fn() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-  if (fn == nullptr) {
-    std::printf("cuTensorMapEncodeTiled not found\n");
-    std::exit(1);
+/// GB/s of `bytes` read over the grid's span: the first CTA's start to the last CTA's end.
+double grid_gbps(const CtaTimes* device_times, uint32_t ctas, uint64_t bytes) {
+  std::vector<CtaTimes> h(ctas);
+  CHECK(cudaMemcpy(h.data(), device_times, sizeof(CtaTimes) * ctas, cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull, t1 = 0;
+  for (const CtaTimes& t : h) {
+    t0 = std::min(t0, t.begin);
+    t1 = std::max(t1, t.end);
   }
-  return reinterpret_cast<EncodeFn>(fn);
-}
-
-// A tensor map over B's bytes: dims[0] is always the 128 bytes of a K block (swizzled 128 B), strides in bytes.
-TmaDescriptor make_map(void* base, uint32_t rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                       const cuuint32_t* box) {
-  static EncodeFn encode = encode_fn();
-  TmaDescriptor d;
-  const cuuint32_t elem[3] = {1, 1, 1};
-  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(&d), CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, base, dims,
-                            strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::printf("cuTensorMapEncodeTiled failed (%d)\n", int(r));
-    std::exit(1);
-  }
-  return d;
+  return double(bytes) / double(t1 - t0);
 }
 
 struct Shape {
@@ -259,9 +241,9 @@ int main() {
       const cuuint32_t box_kb[3] = {kBlockK, sh.block_n, v.kbs};
       const cuuint64_t dims_rows[3] = {kBlockK, num_kb, sh.n}, strides_rows[2] = {kBlockK, sh.k};
       const cuuint32_t box_rows[3] = {kBlockK, v.kbs, sh.block_n};
-      const TmaDescriptor m2 = make_map(b, 2, dims2, strides2, box2);
-      const TmaDescriptor m_kb = make_map(b, 3, dims_kb, strides_kb, box_kb);
-      const TmaDescriptor m_rows = make_map(b, 3, dims_rows, strides_rows, box_rows);
+      const TmaDescriptor m2 = make_tma_map(b, 2, dims2, strides2, box2, CU_TENSOR_MAP_SWIZZLE_128B);
+      const TmaDescriptor m_kb = make_tma_map(b, 3, dims_kb, strides_kb, box_kb, CU_TENSOR_MAP_SWIZZLE_128B);
+      const TmaDescriptor m_rows = make_tma_map(b, 3, dims_rows, strides_rows, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
       Plan plan;
       plan.mode = v.mode;
       plan.kbs = v.kbs;
@@ -279,14 +261,7 @@ int main() {
         stream_kernel<<<grid, 64, stage_bytes * plan.stages + 1024>>>(m2, m_kb, m_rows, b, plan, times);
         CHECK(cudaGetLastError());
         CHECK(cudaDeviceSynchronize());
-        std::vector<CtaTimes> h(grid);
-        CHECK(cudaMemcpy(h.data(), times, sizeof(CtaTimes) * grid, cudaMemcpyDeviceToHost));
-        unsigned long long t0 = ~0ull, t1 = 0;
-        for (const CtaTimes& t : h) {
-          t0 = std::min(t0, t.begin);
-          t1 = std::max(t1, t.end);
-        }
-        gbps.push_back(double(bytes) / double(t1 - t0));
+        gbps.push_back(grid_gbps(times, grid, bytes));
       }
       std::sort(gbps.begin(), gbps.end());
       char name[64];
@@ -309,14 +284,7 @@ int main() {
           bulk_kernel<<<ctas, 64, chunk * stages + 1024>>>(b, per_cta, chunk, stages, all_times);
           CHECK(cudaGetLastError());
           CHECK(cudaDeviceSynchronize());
-          std::vector<CtaTimes> h(ctas);
-          CHECK(cudaMemcpy(h.data(), all_times, sizeof(CtaTimes) * ctas, cudaMemcpyDeviceToHost));
-          unsigned long long t0 = ~0ull, t1 = 0;
-          for (const CtaTimes& t : h) {
-            t0 = std::min(t0, t.begin);
-            t1 = std::max(t1, t.end);
-          }
-          gbps.push_back(double(per_cta * ctas) / double(t1 - t0));
+          gbps.push_back(grid_gbps(all_times, ctas, per_cta * ctas));
         }
         std::sort(gbps.begin(), gbps.end());
         char name[64], variant[32];

@@ -25,6 +25,7 @@
 #include "finegemm/device/ptx/mbarrier.cuh"
 #include "finegemm/device/ptx/sync.cuh"
 #include "finegemm/device/ptx/tma.cuh"
+#include "tma_map.cuh"
 
 namespace ptx = finegemm::device::ptx;
 using finegemm::device::TmaDescriptor;
@@ -139,38 +140,12 @@ __global__ void __launch_bounds__(kThreads, 1) ingress_kernel(const __grid_const
   }
 }
 
-using EncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeFn encode_fn() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-  if (fn == nullptr) {
-    std::printf("cuTensorMapEncodeTiled not found\n");
-    std::exit(1);
-  }
-  return reinterpret_cast<EncodeFn>(fn);
-}
-
 TmaDescriptor make_map(void* base, uint64_t cols_bytes, uint64_t rows, uint32_t box_cols, uint32_t box_rows,
                        bool swizzle) {
-  static EncodeFn encode = encode_fn();
-  TmaDescriptor d;
   const cuuint64_t dims[2] = {cols_bytes, rows};
   const cuuint64_t strides[1] = {cols_bytes};
   const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(&d), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides,
-                            box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::printf("cuTensorMapEncodeTiled failed (%d)\n", int(r));
-    std::exit(1);
-  }
-  return d;
+  return make_tma_map(base, 2, dims, strides, box, swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 struct Shape {
