@@ -12,8 +12,9 @@
 //   1d        the SM's slice of B copied as contiguous bytes (cp.async.bulk, the same bytes per stage): the copy rate.
 // Then, for reference, the same bytes read by every SM (B's bytes split evenly over the grid) as contiguous bulk
 // copies with 1 or 2 CTAs per SM, and as plain 16-byte loads (ld.global.nc, 8 CTAs of 256 threads per SM).
-// Each variant runs after a 256 MiB memset (B from DRAM, as the benchmark's calls), 5 times; printed: the median
-// GB/s over the grid (bytes over first start to last end).
+// Each variant runs after a 256 MiB memset (B from DRAM, as the benchmark's calls; `b_stream read`: after a 256 MiB
+// read instead, which leaves no dirty lines in the L2), 5 times; printed: the median GB/s over the grid (bytes over
+// first start to last end).
 // Build and run: tools/micro/run.sh.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -202,15 +203,25 @@ struct Variant {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool read_flush = argc > 1 && std::strcmp(argv[1], "read") == 0;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("b_stream on %s, %d SMs\n", prop.name, sms);
+  std::printf("b_stream on %s, %d SMs, L2 flushed by a 256 MiB %s\n", prop.name, sms, read_flush ? "read" : "memset");
   const size_t flush_bytes = size_t(256) << 20;
   void* flush = nullptr;
   CHECK(cudaMalloc(&flush, flush_bytes));
+  CHECK(cudaMemset(flush, 0, flush_bytes));
+  uint32_t* flush_sink = nullptr;
+  CHECK(cudaMalloc(&flush_sink, 4));
+  auto flush_l2 = [&](int r) {
+    if (read_flush)
+      ldg_kernel<4><<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(flush), flush_bytes / 16, flush_sink);
+    else
+      CHECK(cudaMemset(flush, r, flush_bytes));
+  };
   CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 222 * 1024));
   const Shape shapes[] = {{7168, 16384, 64, 112}, {4096, 7168, 32, 128}, {24576, 1536, 96, 128},
                           {7168, 2048, 64, 112},  {2112, 7168, 16, 132}, {32768, 512, 128, 128}};
@@ -257,7 +268,7 @@ int main() {
       const uint64_t bytes = uint64_t(grid) * sh.block_n * sh.k;
       std::vector<double> gbps;
       for (int r = 0; r < 5; ++r) {
-        CHECK(cudaMemset(flush, r, flush_bytes));
+        flush_l2(r);
         stream_kernel<<<grid, 64, stage_bytes * plan.stages + 1024>>>(m2, m_kb, m_rows, b, plan, times);
         CHECK(cudaGetLastError());
         CHECK(cudaDeviceSynchronize());
@@ -280,7 +291,7 @@ int main() {
         const uint64_t per_cta = total / ctas / chunk * chunk;
         std::vector<double> gbps;
         for (int r = 0; r < 5; ++r) {
-          CHECK(cudaMemset(flush, r, flush_bytes));
+          flush_l2(r);
           bulk_kernel<<<ctas, 64, chunk * stages + 1024>>>(b, per_cta, chunk, stages, all_times);
           CHECK(cudaGetLastError());
           CHECK(cudaDeviceSynchronize());
@@ -301,7 +312,7 @@ int main() {
       CHECK(cudaEventCreate(&e1));
       std::vector<double> gbps;
       for (int r = 0; r < 5; ++r) {
-        CHECK(cudaMemset(flush, r, flush_bytes));
+        flush_l2(r);
         CHECK(cudaEventRecord(e0));
         ldg_kernel<4><<<sms * 8, 256>>>(reinterpret_cast<const uint4*>(b), total / 16, sink);
         CHECK(cudaEventRecord(e1));
@@ -324,6 +335,7 @@ int main() {
     CHECK(cudaFree(times));
     CHECK(cudaFree(b));
   }
+  CHECK(cudaFree(flush_sink));
   CHECK(cudaFree(flush));
   return 0;
 }

@@ -28,3 +28,4 @@ fi
 "$out/l2_sides"
 "$out/tma_ingress"
 "$out/b_stream"
+"$out/b_stream" read
