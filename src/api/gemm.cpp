@@ -175,6 +175,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.num_a_rows = int32_t(c.a_rows);
   args.num_groups = c.num_groups;
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
+  args.b_pairs = cfg.b_pairs ? 1u : 0u;
   args.tail_first_tile = int32_t(cfg.tail_first_tile);
   args.tail_pieces = cfg.tail_pieces;
   return plan;

@@ -73,6 +73,7 @@ struct ForcedConfig {
   int tail = 0;        // tail split pieces: 1 = none, 0 = the heuristic's
   char multicast = 0;  // 'a', 'b' or 0
   char l2_b = 0;       // B's L2 hint: 'f' (evict-first), 'n' (normal) or 0 (the heuristic's)
+  int b_pairs = -1;    // B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
 };
 
 const ForcedConfig& forced_config() {
@@ -85,7 +86,7 @@ const ForcedConfig& forced_config() {
       const size_t eq = field.find('=');
       const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
       check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, tail), got '", field, "'");
+                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, tail, bpairs), got '", field, "'");
       if (name == "mc") {
         check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
         f.multicast = value[0];
@@ -97,10 +98,15 @@ const ForcedConfig& forced_config() {
         f.l2_b = value[0];
         continue;
       }
+      if (name == "bpairs") {
+        check_arg(value == "0" || value == "1", "FINEGEMM_FORCE_CONFIG", "bpairs is 0 or 1, got '", value, "'");
+        f.b_pairs = value == "1" ? 1 : 0;
+        continue;
+      }
       int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
                   : name == "stages" ? &f.stages : name == "split" ? &f.split : name == "tail" ? &f.tail : nullptr;
       check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
-                "' (bm, bn, cluster, mc, stages, split, l2b, tail)");
+                "' (bm, bn, cluster, mc, stages, split, l2b, tail, bpairs)");
       *target = std::atoi(value.c_str());
     }
     return f;
@@ -171,7 +177,7 @@ std::string KernelConfig::describe() const {
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
   os << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
-     << (b_evict_first ? " B:evict-first" : "");
+     << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "");
   if (tail_pieces > 1) os << " tail=" << (num_tiles - tail_first_tile) << "x" << tail_pieces;
   os << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
@@ -391,6 +397,17 @@ int fewest_ctas_for_the_waves(const Problem& p, const KernelConfig& c) {
   return int(std::min<int64_t>(c.grid, ctas));
 }
 
+/// B's issuer fills two stages per empty wait (device kernel's kBPairs) when every CTA streams at most one tile, i.e.
+/// the call is B's DRAM stream: dense, unclustered, no tail split, BLOCK_M <= 128, BLOCK_N >= 64 (what the kernel
+/// requires; elsewhere it ignores the flag). Measured on an H100
+/// (docs/performance-log.md, session 31): 128x24576x1536 (128 tiles of 128x192, 4 stages) 20.6, 20.5 -> 19.7, 19.8
+/// us, the other M <= 128 seed shapes within 0.1 us; with several tiles per CTA the pairs were slower (4096x2112x7168
+/// 91.3 -> 95.6 us, 4096x24576x1536 242.4 -> 249.2): the second stage's wait holds back the first's load there.
+bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
+  return p.kind == GemmKind::kNormal && c.cluster_size == 1 && c.split_k == 1 && c.tail_pieces == 1 &&
+         c.block_m <= 128 && c.block_n >= 64 && c.num_tiles <= c.grid;
+}
+
 bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   switch (p.kind) {
     case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
@@ -434,6 +451,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
   chosen.tail_first_tile =
       chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
   chosen.grid = fewest_ctas_for_the_waves(p, chosen);
+  chosen.b_pairs = forced_config().b_pairs >= 0 ? forced_config().b_pairs == 1 : b_pairs_pay(p, chosen);
   return chosen;
 }
 

@@ -29,6 +29,7 @@ struct KernelConfig {
   /// gathered (sa_mode_for; the GEMM calls also fall back to it for strides TMA cannot take).
   uint32_t sa_mode = 0;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
+  bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   /// Tail split (dense GEMMs): > 1 cuts each tile of the last, partial wave (tiles from tail_first_tile on) into this
   /// many ranges of K blocks run by different CTAs (device::GemmArgs); 1: none.
   int tail_pieces = 1;

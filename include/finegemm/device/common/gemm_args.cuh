@@ -37,6 +37,7 @@ struct GemmArgs {
   // them in piece order (deterministic) and stores the tile. tail_first_tile = all tiles: nothing is cut.
   int32_t tail_first_tile;
   int32_t tail_pieces;
+  uint32_t b_pairs;           ///< 1: B's issuer fills two stages per empty wait (kernels that allow it, see kBPairs)
   const float* sb;            ///< [G, NB, KB] fp32
   const int32_t* grouped_layout;  ///< m_indices (contiguous) or masked_m (masked)
   const float* sa_k_major;    ///< [rows, KB] fp32 with row stride ld_sa (K-major SA only)

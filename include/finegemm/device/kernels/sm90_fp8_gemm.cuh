@@ -213,6 +213,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                 Layout::kABytesPerStage == 2 * Layout::kBBytesPerStage),
                 "a wide tile's second B tile fills the A stage's second half");
   constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
+  // B's issuer may fill two stages per empty wait (args.b_pairs, set on the host where each CTA streams one tile):
+  // dense, unclustered kernels with BLOCK_M <= 128 and BLOCK_N >= 64 (the 256-row kernels, picked for many tiles,
+  // keep their SASS).
+  constexpr bool kBPairs = kGemmKind == GemmKind::kNormal && kClusterSize == 1 && !kTailSplit && kSeparateBIssuer &&
+                           BLOCK_M <= 128 && BLOCK_N >= 64 && !FG_EXPERIMENT_B_FIRST_PASS;
 
   // ---- Shared memory carve-up -----------------------------------------------------------------------
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -486,26 +491,51 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         trace_consume(args.num_groups);
         trace_at(19);
       }
-      while (scheduler.next(tile)) {
-        trace_once(20);
-        const bool wide = kWideTiles && tile.wide;
+      if (kBPairs && args.b_pairs != 0) {
+        // Two stages per empty wait, their loads back to back (each row's two 128-byte pieces of K close together in
+        // time); a tile's odd last K block alone. The math releases stages in order, so the second stage's release
+        // implies the first's (across the ring's wrap too).
+        while (scheduler.next(tile)) {
+          const uint32_t kb_end = kb_first() + kb_count();
 #pragma unroll 1
-        for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
-          trace_once(23);
-          pclocks.begin_wait();
-          timed_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1, wait_cycles);
-          pclocks.end_wait();
-          trace_once(21);
-          const bool load_b_now = !FG_EXPERIMENT_B_FIRST_PASS || issued++ < kNumStages;  // switch 262144
-          ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], !load_b_now ? 0u : wide ? 2 * kBBytes : kBBytes);
-          trace_once(22);
-          if (load_b_now) {
+          for (uint32_t kb = kb_first(); kb < kb_end; kb += 2) {
+            const bool pair = kb + 1 < kb_end;
+            PipelineState<kNumStages> second = pipe;
+            if (pair) second.advance();
+            ptx::mbarrier_wait(&empty_barriers[second.stage], second.phase ^ 1);
+            ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage], kBBytes);
             load_b(tile, pipe.stage, kb);
-            if (wide) load_b(tile, pipe.stage, kb, true);
+            if (pair) {
+              ptx::mbarrier_arrive_expect_tx(&full_barriers[second.stage], kBBytes);
+              load_b(tile, second.stage, kb + 1);
+            }
+            pipe = second;
+            pipe.advance();
           }
-          trace_once(7);
-          pclocks.end_issue();
-          pipe.advance();
+        }
+      } else {
+        while (scheduler.next(tile)) {
+          trace_once(20);
+          const bool wide = kWideTiles && tile.wide;
+#pragma unroll 1
+          for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
+            trace_once(23);
+            pclocks.begin_wait();
+            timed_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1, wait_cycles);
+            pclocks.end_wait();
+            trace_once(21);
+            const bool load_b_now = !FG_EXPERIMENT_B_FIRST_PASS || issued++ < kNumStages;  // switch 262144
+            ptx::mbarrier_arrive_expect_tx(&full_barriers[pipe.stage],
+                                           !load_b_now ? 0u : wide ? 2 * kBBytes : kBBytes);
+            trace_once(22);
+            if (load_b_now) {
+              load_b(tile, pipe.stage, kb);
+              if (wide) load_b(tile, pipe.stage, kb, true);
+            }
+            trace_once(7);
+            pclocks.end_issue();
+            pipe.advance();
+          }
         }
       }
       trace_cycles(26, wait_cycles, life_start);
