@@ -399,10 +399,10 @@ int fewest_ctas_for_the_waves(const Problem& p, const KernelConfig& c) {
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) when every CTA streams at most one tile, i.e.
 /// the call is B's DRAM stream: dense, unclustered, no tail split, BLOCK_M <= 128, BLOCK_N >= 64 (what the kernel
-/// requires; elsewhere it ignores the flag). Measured on an H100
-/// (docs/performance-log.md, session 31): 128x24576x1536 (128 tiles of 128x192, 4 stages) 20.6, 20.5 -> 19.7, 19.8
-/// us, the other M <= 128 seed shapes within 0.1 us; with several tiles per CTA the pairs were slower (4096x2112x7168
-/// 91.3 -> 95.6 us, 4096x24576x1536 242.4 -> 249.2): the second stage's wait holds back the first's load there.
+/// requires; elsewhere it ignores the flag). Measured on an H100 (docs/performance-log.md, session 31; three runs):
+/// 128x24576x1536 (128 tiles of 128x192, 4 stages) 20.4 -> 19.7-19.9 us, 64x7168x16384 49.3-49.4 -> 48.2-48.4, the
+/// other dense seed shapes unchanged. With several tiles per CTA, pairs in every kernel were slower (4096x2112x7168
+/// 91.3 -> 95.6 us, 4096x24576x1536 242.4 -> 249.2): there the second stage's wait holds back the first's load.
 bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
   return p.kind == GemmKind::kNormal && c.cluster_size == 1 && c.split_k == 1 && c.tail_pieces == 1 &&
          c.block_m <= 128 && c.block_n >= 64 && c.num_tiles <= c.grid;
