@@ -397,17 +397,6 @@ int fewest_ctas_for_the_waves(const Problem& p, const KernelConfig& c) {
   return int(std::min<int64_t>(c.grid, ctas));
 }
 
-/// B's issuer fills two stages per empty wait (device kernel's kBPairs) when every CTA streams at most one tile, i.e.
-/// the call is B's DRAM stream: dense, unclustered, no tail split, BLOCK_M <= 128, BLOCK_N >= 64 (what the kernel
-/// requires; elsewhere it ignores the flag). Measured on an H100 (docs/performance-log.md, session 31; three runs):
-/// 128x24576x1536 (128 tiles of 128x192, 4 stages) 20.4 -> 19.7-19.9 us, 64x7168x16384 49.3-49.4 -> 48.2-48.4, the
-/// other dense seed shapes unchanged. With several tiles per CTA, pairs in every kernel were slower (4096x2112x7168
-/// 91.3 -> 95.6 us, 4096x24576x1536 242.4 -> 249.2): there the second stage's wait holds back the first's load.
-bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && c.cluster_size == 1 && c.split_k == 1 && c.tail_pieces == 1 &&
-         c.block_m <= 128 && c.block_n >= 64 && c.num_tiles <= c.grid;
-}
-
 bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   switch (p.kind) {
     case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
@@ -416,6 +405,28 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   }
   return false;
 }
+
+/// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
+/// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in dense,
+/// unclustered kernels without tail split, BLOCK_M <= 128 and BLOCK_N >= 64 (what the kernel requires; elsewhere it
+/// ignores the flag). Measured on an H100 (docs/performance-log.md, session 31), us without / with pairs:
+/// 128x24576x1536 (219 FLOP/B) 20.4 -> 19.7-19.9, 64x7168x16384 (126) 49.3-49.4 -> 48.2-48.4, 256x32768x512 (255)
+/// 18.4-18.5 -> 17.1-17.2, 256x24576x1536 (381) 25.0-25.7 -> 24.5-24.7, 128x32768x512 (340) 12.2-12.4 -> 11.8-11.9
+/// in one call and 12.2 both ways in another, the other M <= 128 seed shapes unchanged; slower where the tensor work
+/// bounds the call: 384x7168x16384 (700 FLOP/B, one wave) 74.0-75.7 -> 79.0-79.7, and, with pairs in every kernel,
+/// 4096x2112x7168 91.3 -> 95.6 and 4096x24576x1536 242.4 -> 249.2 (our reading: there the second stage's wait holds
+/// back the first's load); 384x4096x7168 (638) 22.7-23.1 -> 22.4-22.9.
+constexpr double kBPairsMaxFlopsPerByte = 500.0;
+
+bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
+  if (p.kind != GemmKind::kNormal || c.cluster_size != 1 || c.split_k != 1 || c.tail_pieces != 1 || c.block_m > 128 ||
+      c.block_n < 64 || !b_read_by_few_tiles(p, c))
+    return false;
+  const double flops = 2.0 * double(p.m) * double(p.n) * double(p.k);
+  const double bytes = double(p.m) * double(p.k) + double(p.n) * double(p.k) + 2.0 * double(p.m) * double(p.n);
+  return flops <= kBPairsMaxFlopsPerByte * bytes;
+}
+
 }  // namespace
 
 KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& hw) {
