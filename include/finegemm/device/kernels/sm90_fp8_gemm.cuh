@@ -213,9 +213,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                 Layout::kABytesPerStage == 2 * Layout::kBBytesPerStage),
                 "a wide tile's second B tile fills the A stage's second half");
   constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
-  // B's issuer may fill two stages per empty wait (args.b_pairs, set on the host where each CTA streams one tile):
-  // dense, unclustered kernels with BLOCK_M <= 128 and BLOCK_N >= 64 (the 256-row kernels, picked for many tiles,
-  // keep their SASS).
+  // B's issuer may fill two stages per empty wait (args.b_pairs, set on the host where the call streams B:
+  // heuristics.cpp, b_pairs_pay): dense, unclustered kernels with BLOCK_M <= 128 and BLOCK_N >= 64 (the 256-row
+  // kernels, picked for many tiles, keep their SASS).
   constexpr bool kBPairs = kGemmKind == GemmKind::kNormal && kClusterSize == 1 && !kTailSplit && kSeparateBIssuer &&
                            BLOCK_M <= 128 && BLOCK_N >= 64 && !FG_EXPERIMENT_B_FIRST_PASS;
 
@@ -494,7 +494,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       if (kBPairs && args.b_pairs != 0) {
         // Two stages per empty wait, their loads back to back (each row's two 128-byte pieces of K close together in
         // time); a tile's odd last K block alone. The math releases stages in order, so the second stage's release
-        // implies the first's (across the ring's wrap too).
+        // implies the first's (across the ring's wrap too). Not instrumented for the trace and loop-clock switches:
+        // measure those with FINEGEMM_FORCE_CONFIG=bpairs=0.
         while (scheduler.next(tile)) {
           const uint32_t kb_end = kb_first() + kb_count();
 #pragma unroll 1
