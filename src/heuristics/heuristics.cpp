@@ -418,10 +418,14 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
 /// back the first's load); 384x4096x7168 (638) 22.7-23.1 -> 22.4-22.9.
 constexpr double kBPairsMaxFlopsPerByte = 500.0;
 
+/// Whether the kernel for `c` can pair B's stages (its kBPairs); FINEGEMM_FORCE_CONFIG=bpairs=1 pairs only these.
+bool b_pairs_allowed(const Problem& p, const KernelConfig& c) {
+  return p.kind == GemmKind::kNormal && c.cluster_size == 1 && c.split_k == 1 && c.tail_pieces == 1 &&
+         c.block_m <= 128 && c.block_n >= 64;
+}
+
 bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
-  if (p.kind != GemmKind::kNormal || c.cluster_size != 1 || c.split_k != 1 || c.tail_pieces != 1 || c.block_m > 128 ||
-      c.block_n < 64 || !b_read_by_few_tiles(p, c))
-    return false;
+  if (!b_pairs_allowed(p, c) || !b_read_by_few_tiles(p, c)) return false;
   const double flops = 2.0 * double(p.m) * double(p.n) * double(p.k);
   const double bytes = double(p.m) * double(p.k) + double(p.n) * double(p.k) + 2.0 * double(p.m) * double(p.n);
   return flops <= kBPairsMaxFlopsPerByte * bytes;
@@ -462,7 +466,8 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
   chosen.tail_first_tile =
       chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
   chosen.grid = fewest_ctas_for_the_waves(p, chosen);
-  chosen.b_pairs = forced_config().b_pairs >= 0 ? forced_config().b_pairs == 1 : b_pairs_pay(p, chosen);
+  chosen.b_pairs = forced_config().b_pairs >= 0 ? forced_config().b_pairs == 1 && b_pairs_allowed(p, chosen)
+                                                : b_pairs_pay(p, chosen);
   return chosen;
 }
 
