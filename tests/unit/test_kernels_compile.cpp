@@ -213,6 +213,20 @@ TEST(KernelsCompile, LoopClockBuildKeepsWgmmasInFlight) {
   for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
 }
 
+// The producer-side measurement switches of session 32 (docs/performance-log.md): SA from a thread of its own
+// (524288), round-robin issuers (1048576) and one scale-warp arrive per stage (2097152) build without spills on the
+// narrow 64-row kernel they were measured on.
+TEST(KernelsCompile, ProducerMeasurementSwitchesBuildClean) {
+  for (const char* define : {"-DFG_EXPERIMENT=524288", "-DFG_EXPERIMENT=1048576", "-DFG_EXPERIMENT=2097152"}) {
+    fj::Options options = uncached_options();
+    options.extra_defines = {define};
+    const std::vector<std::string> names = {dense_kernel(64, 16, 7168, 8, false)};
+    const auto binaries = compile_all(names, options);
+    ASSERT_FALSE(HasFailure()) << define;
+    expect_clean_log(names[0] + " " + define, *binaries[0]);
+  }
+}
+
 // Half batches (gemm_batch_parts): a 128x192 tile with more than 4 K blocks issues each K block as two m64n96k32
 // commit groups and promotes the first half's 48 columns between the two waits. Read after the issue, the scales made
 // ptxas schedule that promotion after the second wait, which left nothing to overlap; the SASS must show at least the

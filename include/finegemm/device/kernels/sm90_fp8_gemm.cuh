@@ -48,6 +48,11 @@
 // 131072: no scale warp: SB is never staged (the math reads stale values) and the full barriers do not wait for it
 // 262144: B's issuer loads B only on the ring's first pass (later stages reuse it; with 8192 and 4096, only the
 //         ring's first pass loads anything, the handshakes stay)
+// 524288: SA (MN-major) loaded by lane 0 of producer warp 3, with its own empty wait and expect_tx per stage, instead
+//         of by A's issuer (results stay right)
+// 1048576: round-robin issuers: lane 0 of producer warps 0, 2 and 3 each load A, SA and B of every third stage
+//          (dense, unclustered, MN-major SA; results stay right)
+// 2097152: the scale warp arrives once per stage (lane 0) instead of once per lane (results stay right)
 // 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
 //        right)
 // 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
@@ -73,6 +78,9 @@
 #define FG_EXPERIMENT_B_FIRST_PASS ((FG_EXPERIMENT & 262144) != 0)
 #define FG_EXPERIMENT_WHOLE_BATCHES ((FG_EXPERIMENT & 16384) != 0)
 #define FG_EXPERIMENT_HALF_BATCHES ((FG_EXPERIMENT & 32768) != 0)
+#define FG_EXPERIMENT_SA_WARP3 ((FG_EXPERIMENT & 524288) != 0)
+#define FG_EXPERIMENT_ROUND_ROBIN ((FG_EXPERIMENT & 1048576) != 0)
+#define FG_EXPERIMENT_SCALE_ONE_ARRIVE ((FG_EXPERIMENT & 2097152) != 0)
 
 namespace finegemm::device {
 
@@ -190,8 +198,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   // The TMA issuers (with their bytes) and the scale warp's lanes; with gathered SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
-  constexpr uint32_t kFullArrivals =
-      (kSeparateBIssuer ? 2 : 1) + (FG_EXPERIMENT_NO_SCALE_WARP ? 0 : 32) + (kSaGather ? 32 : 0);
+  // Measurement switches 524288, 1048576 and 2097152 (see the list at the top).
+  constexpr bool kSaIssuer = FG_EXPERIMENT_SA_WARP3 && kSeparateBIssuer && kSaMode == kSaMnMajor && !kMulticast;
+  constexpr bool kScaleOneArrive = FG_EXPERIMENT_SCALE_ONE_ARRIVE && !kSaGather;
+  constexpr bool kRoundRobin = FG_EXPERIMENT_ROUND_ROBIN && kSeparateBIssuer && kSaMode == kSaMnMajor && !kMulticast &&
+                               kGemmKind == GemmKind::kNormal && !kTailSplit;
+  constexpr uint32_t kFullArrivals = (kRoundRobin ? 1 : kSeparateBIssuer ? 2 : 1) + (kSaIssuer ? 1 : 0) +
+                                     (FG_EXPERIMENT_NO_SCALE_WARP ? 0 : kScaleOneArrive ? 1 : 32) +
+                                     (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
@@ -411,7 +425,30 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     } pclocks;
     if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) pclocks.start = ptx::clock32();
     [[maybe_unused]] uint32_t issued = 0;  // stages this issuer has filled (FG_EXPERIMENT 8192 and 262144)
-    if (producer_warp == 0 && lane_idx == 0) {
+    if (kRoundRobin && producer_warp != 1) {
+      // FG_EXPERIMENT 1048576: issuer r (warps 0, 2, 3) takes the stages r, r + 3, ... of the CTA's sequence.
+      if (lane_idx == 0) {
+        const uint32_t r = producer_warp == 0 ? 0 : producer_warp - 1;
+        uint32_t seq = 0;
+        const uint32_t a_bytes = kABytes - Layout::kABytesPerStage + args.a_box_rows * kBlockK;
+        while (scheduler.next(tile)) {
+#pragma unroll 1
+          for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
+            if (seq++ % 3 == r) {
+              ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+              uint64_t* full = &full_barriers[pipe.stage];
+              ptx::mbarrier_arrive_expect_tx(full, a_bytes + kBBytes);
+              const int32_t k_idx = int32_t(kb * kBlockK);
+              ptx::tma_load_2d(&args.tma_a, full, smem_a + pipe.stage * Layout::kABytesPerStage, k_idx, tile.row_base);
+              ptx::tma_load_2d(&args.tma_sa, full, smem_sa + pipe.stage * kSaFloatsPerStage, tile.row_base,
+                               int32_t(kb));
+              load_b(tile, pipe.stage, kb);
+            }
+            pipe.advance();
+          }
+        }
+      }
+    } else if (producer_warp == 0 && lane_idx == 0) {
       // TMA issuer of A and SA (and of B under FG_EXPERIMENT 64).
       if constexpr (FG_EXPERIMENT_TRACE) {
         trace_consume(args.num_a_rows);
@@ -446,7 +483,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           // Measurement switches 4096 / 8192: SA, or A after the ring's first pass, neither loaded nor expected.
           const bool load_a = !FG_EXPERIMENT_A_FIRST_PASS || issued++ < kNumStages;
           constexpr uint32_t kSaBytes = kABytes - Layout::kABytesPerStage;
-          const uint32_t expected = a_bytes - (FG_EXPERIMENT_NO_SA_LOADS ? kSaBytes : 0) -
+          const uint32_t expected = a_bytes - (FG_EXPERIMENT_NO_SA_LOADS || kSaIssuer ? kSaBytes : 0) -
                                     (load_a ? 0 : a_bytes - kSaBytes);
           ptx::mbarrier_arrive_expect_tx(full, kSeparateBIssuer ? expected : expected + b_bytes);
           const int32_t k_idx = int32_t(kb * kBlockK);
@@ -464,7 +501,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                          int32_t(kb & ~3u), tile.row_base + int32_t(cta_rank * kRows), 0b11);
           } else {
             if (load_a) ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
-            if constexpr (kSaMode == kSaMnMajor && !FG_EXPERIMENT_NO_SA_LOADS)
+            if constexpr (kSaMode == kSaMnMajor && !FG_EXPERIMENT_NO_SA_LOADS && !kSaIssuer)
               ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
             // K-major: rows of the [rows, KB] view (a masked GEMM's group is in row_base), the 4 K blocks from
             // kb & ~3 (a box must start on a 16-byte boundary of the row: an unaligned start traps); the math reads
@@ -541,6 +578,24 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
       trace_cycles(26, wait_cycles, life_start);
       pclocks.publish(args.error_flags + kProducerClockWord + 4);
+    } else if (kSaIssuer && producer_warp == 3 && lane_idx == 0) {
+      // FG_EXPERIMENT 524288: SA's loads from a thread of their own.
+      constexpr uint32_t kSaBytes = kABytes - Layout::kABytesPerStage;
+      while (scheduler.next(tile)) {
+        const int32_t sa_row_base = (kGemmKind == GemmKind::kGroupedMasked)
+                                        ? tile.row_base - tile.group * args.num_rows
+                                        : tile.row_base;
+        const int32_t sa_kb_base = (kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(kNumKBlocks) : 0;
+#pragma unroll 1
+        for (uint32_t kb = kb_first(); kb < kb_first() + kb_count(); ++kb) {
+          ptx::mbarrier_wait(&empty_barriers[pipe.stage], pipe.phase ^ 1);
+          uint64_t* full = &full_barriers[pipe.stage];
+          ptx::mbarrier_arrive_expect_tx(full, kSaBytes);
+          ptx::tma_load_2d(&args.tma_sa, full, smem_sa + pipe.stage * kSaFloatsPerStage, sa_row_base,
+                           sa_kb_base + int32_t(kb));
+          pipe.advance();
+        }
+      }
     } else if (producer_warp == 1 && !FG_EXPERIMENT_NO_SCALE_WARP) {
       // Scale warp: per stage, the two SB values of the tile's (one or two) 128-column blocks and, when SA is
       // K-major, the stage's column of row scales (gathered with ordinary loads). Every lane arrives.
@@ -582,7 +637,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               }
               ptx::mbarrier_arrive_on_cp_async_noinc(&full_barriers[pipe.stage]);
             }
-            ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
+            if (!kScaleOneArrive || lane_idx == 0) ptx::mbarrier_arrive(&full_barriers[pipe.stage]);
             if (lane_idx == 0) trace_once(12);
             pclocks.end_issue();
             pipe.advance();
