@@ -297,6 +297,8 @@ int cmd_bench(const Args& args) {
       ft::DeviceBuffer d2(size_t(s.m * s.n * 2));
       ft::CublasLtBlockFp8 lt(s.m, s.n, s.k, problem.a.get(), problem.sa_mn_major.as<float>(), problem.b.get(),
                               problem.sb.as<float>(), d2.get());
+      // With FINEGEMM_PRINT_CONFIGS, the baseline's algorithm too (tile, stages and cluster ids of cuBLASLt's pick).
+      if (fg::jit::Runtime::instance().options().print_configs) std::fprintf(stderr, "%s\n", lt.describe().c_str());
       if (lt.supported()) {
         const ft::Timing tl =
             ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, flush_l2, &flusher, time_source);
