@@ -11,6 +11,7 @@
 
 #include "jit/compiler.hpp"
 #include "jit/runtime.hpp"
+#include "nvdisasm.hpp"
 #include "sass/elf.hpp"
 
 namespace fs = std::filesystem;
@@ -58,6 +59,24 @@ TEST(Jit, NvrtcCompilesExactlyTheRequestedKernelForSm90a) {
   EXPECT_EQ(kSmoke.source(),
             "#include \"finegemm/device/kernels/jit_smoke.cuh\"\ntemplate __global__ void "
             "finegemm::device::jit_smoke_kernel<1024u>(float*, const float*);\n");
+}
+
+// The benchmark's read flush (tools/lib/timing.cpp): NVRTC builds its kernel for sm_90a without spills, and its SASS
+// reads with four independent 128-bit loads per iteration (ptxas folds the evict-first policy into the loads' memory
+// descriptor, so no CREATEPOLICY instruction shows).
+TEST(Jit, ReadFlushKernelBuildsWithWideIndependentLoads) {
+  fj::Runtime runtime(options_with_cache(""));
+  const auto binary = runtime.binary({"finegemm/device/kernels/l2_flush.cuh",
+                                      "finegemm::device::l2_read_flush_kernel<4u>",
+                                      "(const uint4*, uint64_t, uint32_t*)", false});
+  ASSERT_TRUE(binary->compiled);
+  EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+  const std::string sass = finegemm::test::disassemble(binary->cubin, nvdisasm);
+  size_t loads = 0;
+  for (size_t at = sass.find("LDG.E.128"); at != std::string::npos; at = sass.find("LDG.E.128", at + 1)) ++loads;
+  EXPECT_GE(loads, 4u) << sass;
 }
 
 TEST(Jit, MissCompilesHitLoadsCorruptRebuilds) {

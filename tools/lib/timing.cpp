@@ -1,6 +1,8 @@
 #include "lib/timing.hpp"
 
 #include "finegemm/finegemm.hpp"
+#include "jit/driver.hpp"
+#include "jit/runtime.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -159,25 +161,25 @@ void check_kernel_times(const CallKernelTimes& calls, const std::vector<double>&
 
 // ---- L2Flusher ---------------------------------------------------------------------------------------------------
 
-namespace {
-constexpr int64_t kReadFlushDim = 16384;  // the kRead GEMM: D[1, 16384] = A[1, 16384] x W[16384, 16384]^T, 256 MiB of W
-}  // namespace
-
 L2Flusher::L2Flusher(size_t bytes, FlushMode mode) : mode_(mode) {
   if (bytes == 0) throw std::invalid_argument("L2Flusher: the flush buffer must not be empty");
   if (mode_ == FlushMode::kMemset) {
     buf_ = DeviceBuffer(bytes);
     return;
   }
-  constexpr int64_t n = kReadFlushDim, kb = kReadFlushDim / 128;
-  buf_ = DeviceBuffer(size_t(n * n));
-  row_ = DeviceBuffer(size_t(n));
-  row_scales_ = DeviceBuffer(size_t(kb) * 4);
-  weight_scales_ = DeviceBuffer(size_t(kb * kb) * 4);
-  out_ = DeviceBuffer(size_t(n) * 2);
+  // kRead: 256 MiB of zeros read by l2_read_flush_kernel (compiled here, not inside a timed loop).
+  buf_ = DeviceBuffer(kReadFlushBytes);
+  sink_ = DeviceBuffer(16);
   CudaStream stream;
-  for (DeviceBuffer* b : {&buf_, &row_, &row_scales_, &weight_scales_, &out_}) b->fill_byte(0, stream);
-  flush(stream);  // compiles the kernel now, not inside a timed loop
+  for (DeviceBuffer* b : {&buf_, &sink_}) b->fill_byte(0, stream);
+  jit::Runtime& rt = jit::Runtime::instance();
+  jit::KernelSpec spec;
+  spec.header = "finegemm/device/kernels/l2_flush.cuh";
+  spec.function = "finegemm::device::l2_read_flush_kernel<4u>";
+  spec.parameters = "(const uint4*, uint64_t, uint32_t*)";
+  rt.current_device();
+  read_kernel_ = rt.function(*rt.binary(spec));
+  flush(stream);
   FG_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
@@ -187,14 +189,21 @@ void L2Flusher::flush(cudaStream_t s) {
     FG_CUDA_CHECK(cudaMemsetAsync(buf_.get(), value_, buf_.size(), s));
     return;
   }
-  constexpr int64_t n = kReadFlushDim, kb = kReadFlushDim / 128;
-  using finegemm::DType;
-  using finegemm::TensorView;
-  finegemm::gemm_fp8_fp8_bf16_nt(TensorView::contiguous(row_.get(), DType::kFloat8E4M3, {1, n}),
-                                 TensorView::contiguous(row_scales_.get(), DType::kFloat32, {1, kb}),
-                                 TensorView::contiguous(buf_.get(), DType::kFloat8E4M3, {n, n}),
-                                 TensorView::contiguous(weight_scales_.get(), DType::kFloat32, {kb, kb}),
-                                 TensorView::contiguous(out_.get(), DType::kBFloat16, {1, n}), s);
+  const void* data = buf_.get();
+  uint64_t count = buf_.size() / 16;
+  void* sink = sink_.get();
+  void* args[] = {&data, &count, &sink};
+  int device = 0, sms = 0;
+  FG_CUDA_CHECK(cudaGetDevice(&device));
+  FG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUlaunchConfig config{};
+  config.gridDimX = unsigned(sms) * 8;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = 256;
+  config.blockDimY = config.blockDimZ = 1;
+  config.hStream = reinterpret_cast<CUstream>(s);
+  jit::check_cu(jit::driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(read_kernel_), args, nullptr),
+                "l2_read_flush_kernel");
 }
 
 // ---- time_kernel -------------------------------------------------------------------------------------------------

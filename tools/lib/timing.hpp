@@ -25,16 +25,21 @@ enum class FlushMode {
   /// Writes the buffer (cudaMemsetAsync), as the anchors' measurements did: the L2 is then full of dirty lines, which
   /// the timed kernel writes back to memory as its own reads evict them.
   kMemset,
-  /// Reads it (a one-row finegemm GEMM over a 16384 x 16384 fp8 weight): the L2 then holds clean lines only.
+  /// Reads it (l2_read_flush_kernel, loads hinted evict-first; until session 32 a one-row finegemm GEMM over a
+  /// 16384 x 16384 fp8 weight, which FINEGEMM_FORCE_CONFIG and FINEGEMM_JIT_DEFINES changed too): the L2 then holds
+  /// clean lines only.
   kRead,
 };
+
+/// The read flush's buffer: 256 MiB, as the memset's default.
+inline constexpr size_t kReadFlushBytes = 256ull << 20;
 
 /// Evicts the L2 before a timed call, on the given stream, by writing or reading a large buffer. The buffer is
 /// allocated once, in the constructor; the default (256 MiB) is 5x the 50 MB L2 of an H100. Move-only.
 class L2Flusher {
  public:
   /// Throws std::invalid_argument if bytes == 0, std::runtime_error if the allocation fails. kRead always reads
-  /// 256 MiB and compiles its GEMM here.
+  /// kReadFlushBytes (finegemm/device/kernels/l2_flush.cuh) and compiles its kernel here.
   explicit L2Flusher(size_t bytes = 256ull << 20, FlushMode mode = FlushMode::kMemset);
   /// Enqueues the flush on `s` (asynchronous). Throws std::runtime_error on a CUDA error.
   void flush(cudaStream_t s);
@@ -44,7 +49,8 @@ class L2Flusher {
  private:
   FlushMode mode_;
   DeviceBuffer buf_;
-  DeviceBuffer row_, row_scales_, weight_scales_, out_;  // kRead: the GEMM's other operands (zeros)
+  DeviceBuffer sink_;             // kRead: the read kernel's never-written output word
+  void* read_kernel_ = nullptr;   // kRead: the CUfunction of l2_read_flush_kernel
   int value_ = 0;  // alternates between two byte values
 };
 
