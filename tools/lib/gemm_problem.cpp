@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "jit/driver.hpp"
-#include "jit/runtime.hpp"
+#include "lib/jit_kernel.hpp"
 #include "reference/reference.hpp"
 
 namespace finegemm::tools {
@@ -197,13 +197,10 @@ Reference gpu_reference(const GemmProblem& problem) {
   FG_CUDA_CHECK(cudaMemset(value.get(), 0, value.size()));
   FG_CUDA_CHECK(cudaMemset(abs_sum.get(), 0, abs_sum.size()));
 
-  jit::Runtime& rt = jit::Runtime::instance();
-  jit::KernelSpec spec;
-  spec.header = "finegemm/device/kernels/reference_gemm.cuh";
-  spec.function = "finegemm::device::reference_gemm_kernel<64u>";
-  spec.parameters = "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, int32_t)";
-  rt.current_device();
-  const CUfunction fn = rt.function(*rt.binary(spec));
+  const CUfunction fn = jit_tool_kernel(
+      "finegemm/device/kernels/reference_gemm.cuh", "finegemm::device::reference_gemm_kernel<64u>",
+      "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, "
+      "int32_t)");
 
   // One launch per run of consecutive rows of one group.
   int64_t r = 0;

@@ -2,7 +2,7 @@
 
 #include "finegemm/finegemm.hpp"
 #include "jit/driver.hpp"
-#include "jit/runtime.hpp"
+#include "lib/jit_kernel.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -172,13 +172,8 @@ L2Flusher::L2Flusher(size_t bytes, FlushMode mode) : mode_(mode) {
   sink_ = DeviceBuffer(16);
   CudaStream stream;
   for (DeviceBuffer* b : {&buf_, &sink_}) b->fill_byte(0, stream);
-  jit::Runtime& rt = jit::Runtime::instance();
-  jit::KernelSpec spec;
-  spec.header = "finegemm/device/kernels/l2_flush.cuh";
-  spec.function = "finegemm::device::l2_read_flush_kernel<4u>";
-  spec.parameters = "(const uint4*, uint64_t, uint32_t*)";
-  rt.current_device();
-  read_kernel_ = rt.function(*rt.binary(spec));
+  read_kernel_ = jit_tool_kernel("finegemm/device/kernels/l2_flush.cuh", "finegemm::device::l2_read_flush_kernel<4u>",
+                                 "(const uint4*, uint64_t, uint32_t*)");
   flush(stream);
   FG_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
