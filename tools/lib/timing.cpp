@@ -172,6 +172,10 @@ L2Flusher::L2Flusher(size_t bytes, FlushMode mode) : mode_(mode) {
   sink_ = DeviceBuffer(16);
   CudaStream stream;
   for (DeviceBuffer* b : {&buf_, &sink_}) b->fill_byte(0, stream);
+  int device = 0, sms = 0;
+  FG_CUDA_CHECK(cudaGetDevice(&device));
+  FG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  read_grid_ = unsigned(sms) * 8;
   read_kernel_ = jit_tool_kernel("finegemm/device/kernels/l2_flush.cuh", "finegemm::device::l2_read_flush_kernel<4u>",
                                  "(const uint4*, uint64_t, uint32_t*)");
   flush(stream);
@@ -188,11 +192,8 @@ void L2Flusher::flush(cudaStream_t s) {
   uint64_t count = buf_.size() / 16;
   void* sink = sink_.get();
   void* args[] = {&data, &count, &sink};
-  int device = 0, sms = 0;
-  FG_CUDA_CHECK(cudaGetDevice(&device));
-  FG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   CUlaunchConfig config{};
-  config.gridDimX = unsigned(sms) * 8;
+  config.gridDimX = read_grid_;
   config.gridDimY = config.gridDimZ = 1;
   config.blockDimX = 256;
   config.blockDimY = config.blockDimZ = 1;

@@ -51,6 +51,7 @@ class L2Flusher {
   DeviceBuffer buf_;
   DeviceBuffer sink_;             // kRead: the read kernel's never-written output word
   void* read_kernel_ = nullptr;   // kRead: the CUfunction of l2_read_flush_kernel
+  unsigned read_grid_ = 0;        // kRead: its blocks (8 per SM of the device it was built on)
   int value_ = 0;  // alternates between two byte values
 };
 
