@@ -18,19 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "check.cuh"
 #include "finegemm/device/common/gemm_args.cuh"
 #include "finegemm/finegemm.hpp"
 
 namespace {
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 struct Small {
   int v;
