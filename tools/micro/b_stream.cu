@@ -10,6 +10,9 @@
 //   3d rows   the same bytes as one 3D load with the rows outermost (each row's k x 128 bytes requested together;
 //             shared memory row-interleaved, which wgmma cannot read: a probe of the DRAM side only);
 //   1d        the SM's slice of B copied as contiguous bytes (cp.async.bulk, the same bytes per stage): the copy rate.
+//   2d x1 + L2 prefetch   the kernel's pattern after the SM's slice (BLOCK_N rows x K bytes, contiguous in B) was
+//             requested whole into the L2 by bulk prefetches (cp.async.bulk.prefetch.L2, 16 KB each), so the DRAM
+//             sees contiguous reads while the 2D loads read the L2 (session 33).
 // Then, for reference, the same bytes read by every SM (B's bytes split evenly over the grid) as contiguous bulk
 // copies with 1 or 2 CTAs per SM, and as plain 16-byte loads (ld.global.nc, 8 CTAs of 256 threads per SM).
 // Each variant runs after a 256 MiB memset (B from DRAM, as the benchmark's calls; `b_stream read`: after a 256 MiB
@@ -39,11 +42,12 @@ namespace {
 constexpr int kMaxStages = 32;
 constexpr uint32_t kBlockK = 128;
 
-enum Mode : uint32_t { k2d = 0, k3dKb = 1, k3dRows = 2, k1d = 3 };
+enum Mode : uint32_t { k2d = 0, k3dKb = 1, k3dRows = 2, k1d = 3, k2dPrefetch = 4 };
 
 struct Plan {
   uint32_t mode, kbs, stages, block_n, num_k_blocks, n_slices, k;
   bool evict_first;
+  bool prefetch_evict_first;  // k2dPrefetch: the prefetches carry the evict-first hint too
 };
 
 struct CtaTimes {
@@ -152,13 +156,27 @@ __global__ void __launch_bounds__(64, 1) stream_kernel(const __grid_constant__ T
     times[blockIdx.x].end = ptx::global_timer();
   } else if (threadIdx.x == 32) {
     const uint64_t policy = ptx::l2_policy_evict_first();
+    if (plan.mode == k2dPrefetch) {
+      const uint8_t* base = b + uint64_t(slice) * plan.block_n * plan.k;
+      const uint64_t bytes = uint64_t(plan.block_n) * plan.k;
+      constexpr uint32_t kChunk = 16384;
+      for (uint64_t off = 0; off < bytes; off += kChunk) {
+        const uint32_t n = uint32_t(bytes - off < kChunk ? bytes - off : kChunk);
+        if (plan.prefetch_evict_first)
+          asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(base + off), "r"(n),
+                       "l"(policy)
+                       : "memory");
+        else
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+      }
+    }
     for (uint32_t i = 0; i < steps; ++i) {
       const uint32_t s = i % plan.stages, phase = (i / plan.stages) & 1;
       ptx::mbarrier_wait(&empty[s], phase ^ 1);
       uint8_t* dst = smem + s * stage_bytes;
       const uint32_t kb = i * plan.kbs;
       ptx::mbarrier_arrive_expect_tx(&full[s], stage_bytes);
-      if (plan.mode == k2d) {
+      if (plan.mode == k2d || plan.mode == k2dPrefetch) {
         for (uint32_t j = 0; j < plan.kbs; ++j) {
           if (plan.evict_first)
             ptx::tma_load_2d_hinted(&map2d, &full[s], dst + j * plan.block_n * kBlockK, int32_t((kb + j) * kBlockK),
@@ -199,12 +217,15 @@ struct Variant {
   uint32_t mode, kbs;
   bool evict_first;
   uint32_t max_stages = kMaxStages;  // fewer stages: less in flight
+  bool prefetch_evict_first = false;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // b_stream [memset|read] [SHAPE]: SHAPE (e.g. 32768x512) runs only the shapes whose name contains it.
   const bool read_flush = argc > 1 && std::strcmp(argv[1], "read") == 0;
+  const char* only = argc > 2 ? argv[2] : nullptr;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
@@ -233,9 +254,16 @@ int main(int argc, char** argv) {
       {"2d x1, 8 stages", k2d, 1, true, 8},   {"2d x1, 16 stages", k2d, 1, true, 16},
       {"2d x2, 4 stages", k2d, 2, true, 4},   {"2d x2, 8 stages", k2d, 2, true, 8},
       {"2d x2, 16 stages", k2d, 2, true, 16},
+      {"2d x1 + prefetch", k2dPrefetch, 1, true, kMaxStages, false},
+      {"2d x1 + pf, ef", k2dPrefetch, 1, true, kMaxStages, true},
+      {"2d x2 + prefetch", k2dPrefetch, 2, true, kMaxStages, false},
+      {"2d x2 + pf, ef", k2dPrefetch, 2, true, kMaxStages, true},
   };
   std::printf("%-22s %-16s %6s %9s | %8s %8s %8s\n", "shape", "variant", "stages", "stage KB", "GB/s", "min", "max");
   for (const Shape& sh : shapes) {
+    char shape_name[32];
+    std::snprintf(shape_name, sizeof(shape_name), "%ux%u", sh.n, sh.k);
+    if (only != nullptr && std::strstr(shape_name, only) == nullptr) continue;
     const uint32_t num_kb = sh.k / kBlockK;
     uint8_t* b = nullptr;
     CHECK(cudaMalloc(&b, size_t(sh.n) * sh.k));
@@ -263,6 +291,7 @@ int main(int argc, char** argv) {
       plan.n_slices = sh.n / sh.block_n;
       plan.k = sh.k;
       plan.evict_first = v.evict_first;
+      plan.prefetch_evict_first = v.prefetch_evict_first;
       const uint32_t stage_bytes = v.kbs * sh.block_n * kBlockK;
       plan.stages = std::min<uint32_t>(v.max_stages, (200 * 1024) / stage_bytes);
       const uint64_t bytes = uint64_t(grid) * sh.block_n * sh.k;
