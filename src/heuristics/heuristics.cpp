@@ -29,6 +29,10 @@ constexpr double kBlockM256CycleFactor = 0.91;
 // Below 16 K blocks BLOCK_M=256 lost to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512, 251.7 vs
 // 249.0 us at 4096x24576x1536; from K=2048 up it won (97.8 vs 102.4 us at 4096x7168x2048).
 constexpr int64_t kBlockM256MinK = 2048;
+// Except where one 256-row block holds every row and K is short: 192x32768x512 and 256x32768x512 ran 14.4 and 15.6 us
+// with BLOCK_M=256 against 15.9-16.1 and 16.9-17.0 with 128-row tiles (H100, docs/performance-log.md, session 33; the
+// time model then picks it); at K=1536 it lost there too (192x24576x1536 25.4 against 24.0).
+constexpr int64_t kBlockM256OneBlockMaxK = 512;
 // The epilogue's TMA stores write slabs of epilogue_slab_cols(BLOCK_N) columns; at BLOCK_N 112 and 144 (32-byte
 // swizzle) a slab row is 32 bytes of D, and storing a tile costs more than its bytes at the SM's share of DRAM
 // bandwidth: at 512x32768x512 (D twice B's bytes, 4 K blocks a tile) BLOCK_N=144 ran 27.5-27.6 us against 23.2 for
@@ -232,6 +236,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   const uint32_t sa_mode = sa_mode_for(p);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool unsplit_fills_one_wave = unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill;
+  const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
   const bool odd_eighths = odd_eighth_block_n_enabled();
   const int n_step = odd_eighths ? kBlockNStep : 2 * kBlockNStep;  // the BLOCK_N values in use
   for (int block_m : {64, 128, 256}) {
@@ -273,9 +278,11 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "M fits 128 rows";
           } else if (block_m == 256 && block_n != 128) {
             cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
-          } else if (block_m == 256 && p.k < kBlockM256MinK && forced_config().block_m != 256) {
-            cand.rejected = "BLOCK_M=256 needs K >= 2048: with fewer K blocks per tile its 3-stage refill and "
-                            "256-row epilogue cost more than it saves";
+          } else if (block_m == 256 && p.k < kBlockM256MinK && !(one_256_row_block && p.k <= kBlockM256OneBlockMaxK) &&
+                     forced_config().block_m != 256) {
+            cand.rejected = "BLOCK_M=256 needs K >= 2048 (or a dense GEMM's rows in one 256-row block and K <= 512): "
+                            "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
+                            "saves";
           } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
                      forced_config().block_m != 256) {
             cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
