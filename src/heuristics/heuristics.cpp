@@ -38,7 +38,7 @@ constexpr int64_t kBlockM256OneBlockMaxK = 512;
 // bandwidth: at 512x32768x512 (D twice B's bytes, 4 K blocks a tile) BLOCK_N=144 ran 27.5-27.6 us against 23.2 for
 // BLOCK_N=128 and 23.6 for 192 (H100, docs/performance-log.md, session 33), 3.9 against 2.9 us per tile where the
 // model's store term alone separated them by 0.2. Fitted to that: slabs with rows under 64 bytes cost this much more
-// where D has at least B's bytes (2 M >= K: the call is the output's writes). Where B dominates it did not show:
+// where D has at least B's bytes (dense: 2 M >= K; the call is the output's writes). Where B dominates it did not show:
 // 192x7168x2048 and 256x7168x2048 ran 10.8 and 11.0 us with BLOCK_N=112 (128 tiles) against 11.5 and 11.4 with 128.
 constexpr double kNarrowSlabStoreFactor = 1.43;
 // The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS): 1196 vs 1228
@@ -171,14 +171,14 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   // ring the two overlap poorly (measured: BM=128 BN=16 at 128x4096x7168 ran 1.4x slower than BN=32 on an H100).
   // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
   // overheads on 4096x32768x512 (H100) were 1.24 us (BN=128) and 1.68 us (BN=160), close to this term.
-  const bool writes_dominate = 2 * rows_for_tiles(p) >= p.k;
+  const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
+  const bool writes_dominate = 2 * rows_for_tiles(p) * groups >= b_groups * p.k;  // D's bytes >= B's
   const double slab_factor =
       writes_dominate && 2 * device::epilogue_slab_cols(uint32_t(c.block_n)) < 64 ? kNarrowSlabStoreFactor : 1.0;
   const double tile_store_s = slab_factor * 2.0 * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   const double tile_s =
       tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s + tile_store_s;
   c.tile_us = 1e6 * tile_s;
-  const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
   const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
                             2.0 * double(rows_for_tiles(p) * groups) * double(p.n);
   c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s) +
