@@ -1,4 +1,4 @@
-// The finegemm command-line tool: bench, check, warmup, info.
+// The finegemm command-line tool: bench, check, warmup, plan, sass, stress, info.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -83,6 +83,8 @@ int usage() {
       "          output element (the checker must fail); --cpu checks the checker without a GPU\n"
       "  warmup  (--shapes FILE | --n N1,N2 --k K1,K2 [--groups G] [--kind normal]) [--m-range 1:8192]\n"
       "          [--sms 132] [--jobs J]   compile ahead of time every kernel the heuristic picks (no GPU needed)\n"
+      "  plan    [--shapes FILE] [--m-range LO:HI] [--sa mn|k] [--sms 132]   the kernel configuration the heuristic\n"
+      "          picks for each shape (no GPU, nothing compiled); with --m-range, each M where the pick changes\n"
       "  sass    (CUBIN_FILE | --m M --n N --k K [--kind normal|contiguous|masked] [--groups G] [--sa mn|k] [--sms 132])\n"
       "          show the FFMA runs of a kernel (a cubin, or the one the heuristic picks, from the cache) and what\n"
       "          the FFMA interleave pass would change\n"
@@ -561,6 +563,52 @@ int cmd_warmup(const Args& args) {
   return 0;
 }
 
+// ---- plan --------------------------------------------------------------------------------------------------------
+
+/// The kernel configuration the heuristic picks for each shape (no GPU, nothing compiled). With --m-range, every M of
+/// the range for each shape's N and K, one line where the pick changes.
+int cmd_plan(const Args& args) {
+  const std::vector<ft::ProblemShape> shapes =
+      ft::read_shape_file(args.get("shapes", ft::find_data_file("data/shapes/deepseek_v3.csv")));
+  const bool k_major = args.get("sa", "mn") == "k";
+  const int sms = int(args.get_int("sms", 132));
+  if (sms <= 0) throw std::invalid_argument("plan: --sms must be > 0");
+  int64_t m_lo = 0, m_hi = -1;  // an empty range: each shape at its own M
+  if (args.has("m-range")) {
+    const std::string r = args.get("m-range");
+    const size_t colon = r.find(':');
+    if (colon == std::string::npos) throw std::invalid_argument("plan: --m-range is LO:HI, got '" + r + "'");
+    m_lo = std::stoll(r.substr(0, colon));
+    m_hi = std::stoll(r.substr(colon + 1));
+    if (m_lo < 1 || m_hi < m_lo) throw std::invalid_argument("plan: --m-range needs 1 <= LO <= HI, got '" + r + "'");
+  }
+  auto line = [&](const ft::ProblemShape& s, const std::string& config) {
+    std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n,
+                (long long)s.k, config.c_str());
+  };
+  auto pick = [&](const ft::ProblemShape& s) {
+    std::string reason;
+    const fg::Problem p = ft::problem_of(s, k_major);
+    return fg::is_supported(p, &reason) ? fg::describe_config(p, sms) : "unsupported: " + reason;
+  };
+  for (ft::ProblemShape s : shapes) {
+    if (m_hi < m_lo) {
+      line(s, pick(s));
+      continue;
+    }
+    std::string last;
+    for (int64_t m = m_lo; m <= m_hi; ++m) {
+      s.m = m;
+      const std::string config = pick(s);
+      // The tile counts change with every M: a pick is its configuration up to " tiles=".
+      const std::string kernel = config.substr(0, config.find(" tiles="));
+      if (kernel != last) line(s, config);
+      last = kernel;
+    }
+  }
+  return 0;
+}
+
 // ---- sass --------------------------------------------------------------------------------------------------------
 
 int cmd_sass(const Args& args) {
@@ -623,6 +671,7 @@ int main(int argc, char** argv) {
     if (cmd == "warmup") return cmd_warmup(args);
     if (cmd == "info") return cmd_info();
     if (cmd == "sass") return cmd_sass(args);
+    if (cmd == "plan") return cmd_plan(args);
     if (cmd == "stress") return ft::run_stress(argc - 2, argv + 2);
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       usage();

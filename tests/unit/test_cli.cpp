@@ -104,3 +104,31 @@ TEST(Cli, SassShowsTheFfmaRunsOfTheChosenKernel) {
   EXPECT_NE(out.find("FFMAs,"), std::string::npos) << out;
   fs::remove_all(dir);
 }
+
+TEST(Cli, PlanPrintsTheHeuristicsPickWithoutAGpu) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  // The seed file (the default): one line per shape, each with its configuration.
+  std::string out = run_command(kCli + " plan", &status);
+  EXPECT_EQ(status, 0) << out;
+  int lines = 0;
+  for (size_t at = out.find(" | BM="); at != std::string::npos; at = out.find(" | BM=", at + 1)) ++lines;
+  EXPECT_EQ(lines, 28) << out;
+  EXPECT_NE(out.find("normal       1   4096   7168  16384 | BM=256 BN=128 stages=3"), std::string::npos) << out;
+  // Over an M range: one line where the pick changes, the first at the range's start.
+  const fs::path dir = temp_dir();
+  {
+    std::ofstream f(dir / "one.csv");
+    f << "kind,groups,m,n,k\nnormal,1,1,32768,512\n";
+  }
+  out = run_command(kCli + " plan --shapes " + (dir / "one.csv").string() + " --m-range 1:600", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("normal       1      1  32768    512 | BM=64 BN=128"), std::string::npos) << out;
+  EXPECT_NE(out.find("normal       1    129  32768    512 | BM=256 BN=128"), std::string::npos) << out;
+  EXPECT_EQ(out.find("normal       1      2  32768"), std::string::npos) << out;
+  // A bad range is an error that says what to pass.
+  out = run_command(kCli + " plan --m-range 9:3 2>&1", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("--m-range needs 1 <= LO <= HI"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
