@@ -499,6 +499,24 @@ int cmd_check(const Args& args) {
 
 // ---- warmup --------------------------------------------------------------------------------------------------------
 
+/// --m-range LO:HI (1 <= LO <= HI), or [lo, hi] when it is not given.
+std::pair<int64_t, int64_t> m_range_of(const Args& args, const char* cmd, int64_t lo, int64_t hi) {
+  if (!args.has("m-range")) return {lo, hi};
+  const std::string r = args.get("m-range");
+  const size_t colon = r.find(':');
+  const std::string bad = std::string(cmd) + ": --m-range needs 1 <= LO <= HI as LO:HI, got '" + r + "'";
+  if (colon == std::string::npos) throw std::invalid_argument(bad);
+  try {
+    lo = std::stoll(r.substr(0, colon));
+    hi = std::stoll(r.substr(colon + 1));
+  } catch (const std::exception&) {
+    throw std::invalid_argument(bad);
+  }
+  if (lo < 1 || hi < lo) throw std::invalid_argument(bad);
+  return {lo, hi};
+}
+
+
 int cmd_warmup(const Args& args) {
   std::vector<ft::ProblemShape> shapes;
   if (args.has("shapes")) {
@@ -518,13 +536,7 @@ int cmd_warmup(const Args& args) {
   } else {
     shapes = ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3.csv"));
   }
-  int64_t m_lo = 1, m_hi = 8192;
-  if (args.has("m-range")) {
-    const auto r = args.get("m-range");
-    const auto colon = r.find(':');
-    m_lo = std::stoll(r.substr(0, colon));
-    m_hi = std::stoll(r.substr(colon + 1));
-  }
+  const auto [m_lo, m_hi] = m_range_of(args, "warmup", 1, 8192);
   const int sms = int(args.get_int("sms", 132));
   const int jobs = int(args.get_int("jobs", long(std::thread::hardware_concurrency())));
   // Every M in the range (the heuristic only changes its pick at a few M); both SA layouts.
@@ -573,15 +585,7 @@ int cmd_plan(const Args& args) {
   const bool k_major = args.get("sa", "mn") == "k";
   const int sms = int(args.get_int("sms", 132));
   if (sms <= 0) throw std::invalid_argument("plan: --sms must be > 0");
-  int64_t m_lo = 0, m_hi = -1;  // an empty range: each shape at its own M
-  if (args.has("m-range")) {
-    const std::string r = args.get("m-range");
-    const size_t colon = r.find(':');
-    if (colon == std::string::npos) throw std::invalid_argument("plan: --m-range is LO:HI, got '" + r + "'");
-    m_lo = std::stoll(r.substr(0, colon));
-    m_hi = std::stoll(r.substr(colon + 1));
-    if (m_lo < 1 || m_hi < m_lo) throw std::invalid_argument("plan: --m-range needs 1 <= LO <= HI, got '" + r + "'");
-  }
+  const auto [m_lo, m_hi] = m_range_of(args, "plan", 0, -1);  // by default an empty range: each shape at its own M
   auto line = [&](const ft::ProblemShape& s, const std::string& config) {
     std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n,
                 (long long)s.k, config.c_str());

@@ -129,6 +129,9 @@ TEST(Cli, PlanPrintsTheHeuristicsPickWithoutAGpu) {
   // A bad range is an error that says what to pass.
   out = run_command(kCli + " plan --m-range 9:3 2>&1", &status);
   EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("--m-range needs 1 <= LO <= HI"), std::string::npos) << out;
+  EXPECT_NE(out.find("plan: --m-range needs 1 <= LO <= HI"), std::string::npos) << out;
+  out = run_command(kCli + " warmup --m-range 1-8 2>&1", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("warmup: --m-range needs 1 <= LO <= HI as LO:HI, got '1-8'"), std::string::npos) << out;
   fs::remove_all(dir);
 }
