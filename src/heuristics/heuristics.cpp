@@ -26,6 +26,18 @@ constexpr double kMathCriticalCycles = 300.0;
 // 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
 // 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP) (docs/performance-log.md, session 5).
 constexpr double kBlockM256CycleFactor = 0.91;
+// Dense GEMMs whose 256x128 tiles run in few waves, or at K <= 2048, take 0.95 instead. Timed on an H100 with
+// 256x128, 128x192, 128x160 and 128x128 tiles over M 512..3072 and six (N, K) pairs (session 34), the 0.91 pick was
+// up to 9.8% slower than the fastest of them (1024x7168x2048 29.0 against 26.4 us with 128x160). Where 0.95 then
+// moves a shape to 128-row tiles it ran faster on 15 of 16 checked (two rounds each, us: 2048x7168x16384 372.4-373.7
+// -> 361.9-363.1, 1024x7168x2048 28.5 -> 26.1, 6400x2112x7168 164.2-164.5 -> 147.8-148.4, 3200x7168x2048 78.5-78.9
+// -> 73.7-73.9) and 0.9% slower on one (1600x4096x7168, BN=144). Where the 256x128 tiles run in more waves at longer
+// K, 0.95 lost 2-13% (10688x4096x7168 456.1-456.2 -> 514.8-515.0, 5504x11008x4096 362.8-363.7 -> 381.6-383.5): over
+// many rounds of tiles the 256-row tile's fewer operand reads per FLOP count for more than the model shows. Grouped
+// GEMMs keep 0.91: with 0.95 masked 4x256x7168x2048 moved to 128x160 tiles and ran 44.0 against 35.1 us.
+constexpr double kBlockM256CycleFactorFewWaves = 0.95;
+constexpr int64_t kBlockM256FewWaves = 4;
+constexpr int64_t kBlockM256ShortK = 2048;
 // Below 16 K blocks BLOCK_M=256 lost to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512, 251.7 vs
 // 249.0 us at 4096x24576x1536; from K=2048 up it won (97.8 vs 102.4 us at 4096x7168x2048).
 constexpr int64_t kBlockM256MinK = 2048;
@@ -159,9 +171,12 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double batch_cycles = 2.0 * charged_n * straddle;
   // BLOCK_M = 256: each warpgroup runs two 64-row waves, i.e. two batches, per K block.
   const double turns_cycles = std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles);
+  const bool few_waves_or_short_k = c.num_waves <= kBlockM256FewWaves || p.k <= kBlockM256ShortK;
+  const double block_m256_factor =
+      p.kind == GemmKind::kNormal && few_waves_or_short_k ? kBlockM256CycleFactorFewWaves : kBlockM256CycleFactor;
   const double k_block_cycles = c.block_m == 64    ? batch_cycles + kMathCriticalCycles
                                 : c.block_m == 128 ? turns_cycles
-                                                   : 2.0 * turns_cycles * kBlockM256CycleFactor;
+                                                   : 2.0 * turns_cycles * block_m256_factor;
   const double cta_k = double(p.k) / double(c.split_k);
   const double tile_compute_s = double(ceil_div(p.k, 128)) / double(c.split_k) * k_block_cycles / hw.sm_clock_hz;
   double tile_l2_bytes = double(c.block_m + c.block_n) * cta_k;

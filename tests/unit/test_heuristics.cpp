@@ -153,6 +153,30 @@ TEST(Heuristics, Block256AtShortKOnlyWhenOneBlockHoldsEveryRow) {
   EXPECT_TRUE(found);
 }
 
+TEST(Heuristics, Block256WeighsLessWhereItsTilesRunInFewWaves) {
+  // Session 34 (H100): where 256x128 tiles run in at most 4 waves, or K <= 2048, 128-row tiles measured faster:
+  // 1024x7168x2048 26.6 us with 128x160 against 29.0; 2048x7168x16384 359.5 with 128x192 against 373.7.
+  const auto short_k = fh::select_config(dense(1024, 7168, 2048), 132);
+  EXPECT_EQ(short_k.block_m, 128) << short_k.describe();
+  EXPECT_EQ(short_k.block_n, 160) << short_k.describe();
+  const auto few_waves = fh::select_config(dense(2048, 7168, 16384), 132);
+  EXPECT_EQ(few_waves.block_m, 128) << few_waves.describe();
+  EXPECT_EQ(few_waves.block_n, 192) << few_waves.describe();
+  // Many waves at longer K keep 256x128 (10688x4096x7168: 456.2 us against 515.0 with 128x192), and so do the
+  // seed's M = 4096 shapes.
+  for (const Problem& p : {dense(10688, 4096, 7168), dense(5504, 11008, 4096), dense(4096, 4096, 7168),
+                           dense(4096, 7168, 16384), dense(4096, 7168, 2048)}) {
+    const auto c = fh::select_config(p, 132);
+    EXPECT_EQ(c.block_m, 256) << p.m << "x" << p.n << "x" << p.k << ": " << c.describe();
+  }
+  // Grouped GEMMs keep the old weight: masked 4x256x7168x2048 ran 35.1 us with 256x128 against 44.0 with 128x160.
+  Problem masked = dense(256, 7168, 2048);
+  masked.kind = GemmKind::kGroupedMasked;
+  masked.num_groups = 4;
+  masked.m_max = 256;
+  EXPECT_EQ(fh::select_config(masked, 132).block_m, 256);
+}
+
 TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   // One block of rows: every B tile is read by one tile, so its lines are loaded evict-first.
   for (int64_t m : {1, 64}) {
