@@ -368,7 +368,12 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// 55.1; two 128x2112x7168 (BM=64) 14.9 vs 15.5, masked 2x512x4096x7168 49.5 vs 51.9; three 384x7168x2048 13.9 vs
 /// 15.4; four masked 1x1024x7168x2048 31.0 vs 30.7; many 4096x32768x512 180.2 vs 134.8, contiguous
 /// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance-log.md, session 7).
+/// Two or three row blocks keep the hint only in calls of at most kEvictFirstMaxWaves waves: in longer ones the later
+/// row blocks' reads of a B tile missed the L2. Measured on an H100 (session 35, kernel us, hint vs none, same tiles):
+/// 2 waves 256x24576x1536 24.9 vs 26.7, 352x14336x4096 43.0 vs 46.0, masked 4x384x4096x7168 73.7 vs 75.7; 3+ waves
+/// 384x32768x512 23.1 vs 19.7, masked 8x256x7168x2048 79.9 vs 68.3, masked 16x384x7168x2048 225.9 vs 157.9.
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
+constexpr int64_t kEvictFirstMaxWaves = 2;
 
 // The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
 // results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
@@ -439,6 +444,12 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   return false;
 }
 
+bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
+  if (!b_read_by_few_tiles(p, c)) return false;
+  const int64_t rows = p.kind == GemmKind::kGroupedMasked ? p.m_max : p.m;
+  return ceil_div(rows, c.block_m) == 1 || c.num_waves <= kEvictFirstMaxWaves;
+}
+
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
 /// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in dense,
 /// unclustered kernels without tail split, BLOCK_M <= 128 and BLOCK_N >= 64 (what the kernel requires; elsewhere it
@@ -494,7 +505,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
                                 " (which rejects every other candidate: unset it or name a configuration that fits this shape)"
                           : std::string());
   KernelConfig chosen = *best;
-  chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_read_by_few_tiles(p, chosen);
+  chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_evict_first_pays(p, chosen);
   chosen.tail_pieces = tail_pieces_for(p, chosen, hw);
   chosen.tail_first_tile =
       chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
