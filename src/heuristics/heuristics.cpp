@@ -368,10 +368,14 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// 55.1; two 128x2112x7168 (BM=64) 14.9 vs 15.5, masked 2x512x4096x7168 49.5 vs 51.9; three 384x7168x2048 13.9 vs
 /// 15.4; four masked 1x1024x7168x2048 31.0 vs 30.7; many 4096x32768x512 180.2 vs 134.8, contiguous
 /// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance-log.md, session 7).
-/// Two or three row blocks keep the hint only in calls of at most kEvictFirstMaxWaves waves: in longer ones the later
-/// row blocks' reads of a B tile missed the L2. Measured on an H100 (session 35, kernel us, hint vs none, same tiles):
-/// 2 waves 256x24576x1536 24.9 vs 26.7, 352x14336x4096 43.0 vs 46.0, masked 4x384x4096x7168 73.7 vs 75.7; 3+ waves
-/// 384x32768x512 23.1 vs 19.7, masked 8x256x7168x2048 79.9 vs 68.3, masked 16x384x7168x2048 225.9 vs 157.9.
+/// Beyond kEvictFirstMaxWaves waves the hint stays only on dense GEMMs with one row block, whose A every tile of the
+/// call reads: elsewhere it cost 2-30% in longer calls, even where each B tile is read once. Measured on an H100
+/// (session 35, kernel us, hint vs none, the same tiles): at most 2 waves 256x24576x1536 24.9 vs 26.7,
+/// 352x14336x4096 43.0 vs 46.0, masked 4x32x7168x2048 26.7 vs 30.1, 4x384x4096x7168 73.7 vs 75.7 (but 8x256x4096x7168
+/// 116.3 vs 110.7); more waves, 2-3 row blocks: 384x32768x512 23.1 vs 19.7, masked 8x256x7168x2048 79.9 vs 68.3,
+/// 16x384x7168x2048 225.9 vs 157.9; one row block per group, masked: 32x256x4096x7168 441.9 vs 414.0,
+/// 16x32x7168x2048 97.6 vs 94.9 (8x32x7168x2048 50.3 vs 52.3); dense: 32x65536x2048 52.0 vs 56.4, 64x49152x4096 76.9
+/// vs 80.2, 64x65536x7168 171.7 vs 171.4 (128x129280x7168 346.3 vs 335.0, 256x65536x2048 70.0 vs 68.2).
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 constexpr int64_t kEvictFirstMaxWaves = 2;
 
@@ -446,8 +450,8 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
 
 bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
   if (!b_read_by_few_tiles(p, c)) return false;
-  const int64_t rows = p.kind == GemmKind::kGroupedMasked ? p.m_max : p.m;
-  return ceil_div(rows, c.block_m) == 1 || c.num_waves <= kEvictFirstMaxWaves;
+  const bool dense_one_row_block = p.kind == GemmKind::kNormal && ceil_div(p.m, c.block_m) == 1;
+  return c.num_waves <= kEvictFirstMaxWaves || dense_one_row_block;
 }
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
