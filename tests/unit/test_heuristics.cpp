@@ -215,7 +215,8 @@ TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   EXPECT_EQ(masked.b_evict_first, masked.block_m >= 128) << masked.describe();
   p.num_groups = 8;  // 128-row tiles in five waves: masked 8x256x7168x2048 ran 79.9 us with the hint, 68.3 without
   const auto many_waves = fh::select_config(p, 132);
-  EXPECT_TRUE(many_waves.block_m == 256 || !many_waves.b_evict_first) << many_waves.describe();
+  EXPECT_GT(many_waves.num_waves, 2) << many_waves.describe();
+  EXPECT_FALSE(many_waves.b_evict_first) << many_waves.describe();
   p.num_groups = 32;  // one 256-row block per group in eight waves: 441.9 us with the hint, 414.0 without
   p.n = 4096;
   p.k = 7168;
