@@ -516,7 +516,6 @@ std::pair<int64_t, int64_t> m_range_of(const Args& args, const char* cmd, int64_
   return {lo, hi};
 }
 
-
 int cmd_warmup(const Args& args) {
   std::vector<ft::ProblemShape> shapes;
   if (args.has("shapes")) {
