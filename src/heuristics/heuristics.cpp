@@ -376,8 +376,15 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// 16x384x7168x2048 225.9 vs 157.9; one row block per group, masked: 32x256x4096x7168 441.9 vs 414.0,
 /// 16x32x7168x2048 97.6 vs 94.9 (8x32x7168x2048 50.3 vs 52.3); dense: 32x65536x2048 52.0 vs 56.4, 64x49152x4096 76.9
 /// vs 80.2, 64x65536x7168 171.7 vs 171.4 (128x129280x7168 346.3 vs 335.0, 256x65536x2048 70.0 vs 68.2).
+/// Where B has one row block per group, the hint also needs a call of at most kEvictFirstMaxOneBlockFlops: in that
+/// session's runs every such call of 30 GFLOP or less gained from it (128x7168x16384, masked 4x128x4096x7168 52.6 vs
+/// 53.7, 4x256x7168x2048 34.9 vs 36.3, 8x64x4096x7168 91.0 vs 93.2, 128x65536x1536 47.9 vs 49.4) and every larger one
+/// lost or ran even (masked 4x192x4096x7168 (45 GFLOP) 58.9 vs 58.5, 4x256x4096x7168 60.8 vs 59.2, 8x128x4096x7168
+/// 99.6 vs 95.5, 8x256x4096x7168 116.3 vs 110.7; dense 128x129280x7168 and 256x65536x2048 above, 64x65536x7168 and
+/// 64x129280x7168 within 0.6%), whatever its intensity (FLOPs per byte of B) or length.
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 constexpr int64_t kEvictFirstMaxWaves = 2;
+constexpr double kEvictFirstMaxOneBlockFlops = 36e9;
 
 // The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
 // results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
@@ -450,8 +457,12 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
 
 bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
   if (!b_read_by_few_tiles(p, c)) return false;
-  const bool dense_one_row_block = p.kind == GemmKind::kNormal && ceil_div(p.m, c.block_m) == 1;
-  return c.num_waves <= kEvictFirstMaxWaves || dense_one_row_block;
+  const bool dense = p.kind == GemmKind::kNormal;
+  const bool one_row_block = ceil_div(dense ? p.m : p.m_max, c.block_m) == 1;
+  if (!one_row_block) return c.num_waves <= kEvictFirstMaxWaves;
+  const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
+  const double flops = 2.0 * double(groups) * double(p.m) * double(p.n) * double(p.k);
+  return flops <= kEvictFirstMaxOneBlockFlops && (dense || c.num_waves <= kEvictFirstMaxWaves);
 }
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by

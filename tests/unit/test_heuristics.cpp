@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <tuple>
 
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "heuristics/heuristics.hpp"
@@ -207,6 +208,23 @@ TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   const auto one_row_block = fh::select_config(dense(32, 65536, 2048), 132);
   EXPECT_GT(one_row_block.num_waves, 2) << one_row_block.describe();
   EXPECT_TRUE(one_row_block.b_evict_first) << one_row_block.describe();
+  // One row block and more than 36 GFLOP: no hint, however few the waves (session 36: 128x129280x7168 346.3 us with
+  // it, 335.0 without; masked 8x256x4096x7168, two waves, 116.3 against 110.7). Up to 30 GFLOP it stays
+  // (128x7168x16384: 50.0 against 55.1; masked 4x128x4096x7168, 52.6 against 53.7).
+  EXPECT_FALSE(fh::select_config(dense(128, 129280, 7168), 132).b_evict_first);
+  EXPECT_FALSE(fh::select_config(dense(256, 65536, 2048), 132).b_evict_first);
+  EXPECT_TRUE(fh::select_config(dense(128, 7168, 16384), 132).b_evict_first);
+  for (const auto& [groups, m, hinted] : {std::tuple{8, 256, false}, {8, 128, false}, {4, 256, false},
+                                          {4, 128, true}, {8, 64, true}}) {
+    Problem q = dense(m, 4096, 7168);
+    q.kind = GemmKind::kGroupedMasked;
+    q.num_groups = groups;
+    q.m_max = m;
+    const auto c = fh::select_config(q, 132);
+    EXPECT_LE(m, c.block_m) << c.describe();  // one row block per group
+    EXPECT_LE(c.num_waves, 2) << c.describe();
+    EXPECT_EQ(c.b_evict_first, hinted) << groups << "x" << m << "x4096x7168: " << c.describe();
+  }
   Problem p = dense(256, 7168, 2048);
   p.kind = GemmKind::kGroupedMasked;
   p.num_groups = 4;
