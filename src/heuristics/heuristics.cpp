@@ -381,7 +381,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// 53.7, 4x256x7168x2048 34.9 vs 36.3, 8x64x4096x7168 91.0 vs 93.2, 128x65536x1536 47.9 vs 49.4) and every larger one
 /// lost or ran even (masked 4x192x4096x7168 (45 GFLOP) 58.9 vs 58.5, 4x256x4096x7168 60.8 vs 59.2, 8x128x4096x7168
 /// 99.6 vs 95.5, 8x256x4096x7168 116.3 vs 110.7; dense 128x129280x7168 and 256x65536x2048 above, 64x65536x7168 and
-/// 64x129280x7168 within 0.6%), whatever its intensity (FLOPs per byte of B) or length.
+/// 64x129280x7168 within 0.6%), whatever its intensity (FLOPs per byte of B) or length. Masked calls with 64-row
+/// tiles keep it in three waves too (session 36, us, hint vs none: 8x16x7168x2048 49.2 vs 51.8-52.0, 8x32x7168x2048
+/// 50.3-50.8 vs 52.1-52.4, 8x64x7168x2048 52.0-52.3 vs 52.7-53.1, 12x32x4096x7168 132.0-132.2 vs 132.3-132.4; in four
+/// waves it lost: 10x64x7168x2048 64.0 vs 63.6, 16x16x4096x7168 172.1 vs 170.0).
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 constexpr int64_t kEvictFirstMaxWaves = 2;
 constexpr double kEvictFirstMaxOneBlockFlops = 36e9;
@@ -462,7 +465,8 @@ bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
   if (!one_row_block) return c.num_waves <= kEvictFirstMaxWaves;
   const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
   const double flops = 2.0 * double(groups) * double(p.m) * double(p.n) * double(p.k);
-  return flops <= kEvictFirstMaxOneBlockFlops && (dense || c.num_waves <= kEvictFirstMaxWaves);
+  const int64_t max_waves = kEvictFirstMaxWaves + (c.block_m == 64 ? 1 : 0);
+  return flops <= kEvictFirstMaxOneBlockFlops && (dense || c.num_waves <= max_waves);
 }
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by

@@ -231,6 +231,18 @@ TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   p.m_max = 256;
   const auto masked = fh::select_config(p, 132);
   EXPECT_EQ(masked.b_evict_first, masked.block_m >= 128) << masked.describe();
+  // 64-row tiles keep it in three waves (masked 8x32x7168x2048: 50.3-50.8 us with it, 52.1-52.4 without), not in four
+  // (10x64x7168x2048: 64.0 against 63.6).
+  for (const auto& [groups, m, hinted] : {std::tuple{8, 32, true}, {8, 16, true}, {10, 64, false}}) {
+    Problem q = dense(m, 7168, 2048);
+    q.kind = GemmKind::kGroupedMasked;
+    q.num_groups = groups;
+    q.m_max = m;
+    const auto c = fh::select_config(q, 132);
+    EXPECT_EQ(c.block_m, 64) << c.describe();
+    EXPECT_EQ(c.num_waves, hinted ? 3 : 4) << c.describe();
+    EXPECT_EQ(c.b_evict_first, hinted) << groups << "x" << m << "x7168x2048: " << c.describe();
+  }
   p.num_groups = 8;  // 128-row tiles in five waves: masked 8x256x7168x2048 ran 79.9 us with the hint, 68.3 without
   const auto many_waves = fh::select_config(p, 132);
   EXPECT_GT(many_waves.num_waves, 2) << many_waves.describe();
