@@ -132,6 +132,15 @@ int64_t get_tma_aligned_size(int64_t x, int element_size);
 int get_num_sms();
 /// Limit the kernels to `num_sms` SMs (1..device SMs); 0 restores the default.
 void set_num_sms(int num_sms);
+/// Programmatic dependent launch (PDL) for the GEMMs and quantizers this process launches from now on (default: off,
+/// or FINEGEMM_PDL=1). With it, a kernel may be launched while the previous kernel on its stream still runs: its CTAs
+/// set up as SMs free, and every thread waits for the previous kernel's completion (griddepcontrol.wait) before it
+/// touches global memory, so results are the same. It pays in chains of short kernels (decoding). It relaxes the
+/// order for the kernel after a finegemm one only if that kernel is itself launched with PDL: such a kernel must
+/// wait (cudaGridDependencySynchronize) before reading finegemm's output. Captured into CUDA graphs as programmatic
+/// edges.
+void set_pdl(bool enabled);
+bool get_pdl();
 
 /// Kinds of GEMM finegemm implements.
 enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2 };

@@ -9,10 +9,12 @@ from ._C import (
     device_error_flags,
     get_m_alignment_for_contiguous_layout,
     get_num_sms,
+    get_pdl,
     get_tma_aligned_size,
     jit_stats,
     reset_device_error_flags,
     set_num_sms,
+    set_pdl,
 )
 from ._C import version as _version
 
@@ -56,6 +58,8 @@ __all__ = [
     *_TENSOR_FUNCTIONS,
     "set_num_sms",
     "get_num_sms",
+    "set_pdl",
+    "get_pdl",
     "get_m_alignment_for_contiguous_layout",
     "get_mk_alignment_for_contiguous_layout",
     "get_tma_aligned_size",

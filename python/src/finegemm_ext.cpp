@@ -116,6 +116,8 @@ NB_MODULE(_C, m) {
   m.def("get_tma_aligned_size", &finegemm::get_tma_aligned_size, nb::arg("x"), nb::arg("element_size"));
   m.def("get_num_sms", &finegemm::get_num_sms);
   m.def("set_num_sms", &finegemm::set_num_sms, nb::arg("num_sms"));
+  m.def("get_pdl", &finegemm::get_pdl);
+  m.def("set_pdl", &finegemm::set_pdl, nb::arg("enabled"));
   m.def("device_error_flags", &finegemm::device_error_flags);
   m.def("reset_device_error_flags", &finegemm::reset_device_error_flags);
   m.def("jit_stats", [] {

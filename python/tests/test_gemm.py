@@ -207,6 +207,33 @@ def test_device_error_flag_for_an_expert_id_out_of_range():
     assert finegemm.device_error_flags() == 0
 
 
+def test_pdl_chain_matches_the_plain_one():
+    # Per-token quantization then a GEMM reading its output, eight times (the caching allocator hands each step the
+    # memory the step before freed): with programmatic dependent launch each kernel may start while the previous one
+    # runs, and must still see its results and not overwrite what it reads.
+    b, sb = quantized(fgtest.weights(7168, 2048), True)
+    xs = [fgtest.activations(64, 2048) for _ in range(8)]
+
+    def chain():
+        outs = [fgtest.poisoned_bf16(64, 7168) for _ in xs]
+        for x, out in zip(xs, outs):
+            a, sa = finegemm.per_token_cast_to_fp8(x)
+            finegemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)
+        torch.cuda.synchronize()
+        return outs
+
+    assert not finegemm.get_pdl()
+    plain = chain()
+    try:
+        finegemm.set_pdl(True)
+        assert finegemm.get_pdl()
+        for _ in range(3):
+            for got, want in zip(chain(), plain):
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    finally:
+        finegemm.set_pdl(False)
+
+
 def test_set_num_sms():
     device_sms = torch.cuda.get_device_properties(0).multi_processor_count
     default = finegemm.get_num_sms()  # all SMs, or FINEGEMM_NUM_SMS

@@ -29,7 +29,7 @@ def test_version_and_jit_stats():
 
 def test_api_names():
     for name in ("gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
-                 "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "set_num_sms", "get_num_sms",
+                 "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "set_num_sms", "get_num_sms", "set_pdl", "get_pdl",
                  "get_m_alignment_for_contiguous_layout", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor",
                  "per_token_cast_to_fp8", "per_block_cast_to_fp8",
                  # DeepGEMM 2.x's names

@@ -25,6 +25,7 @@ using heuristics::KernelConfig;
 using jit::check_cu;
 using jit::driver;
 using jit::Runtime;
+using jit::set_pdl_attribute;
 
 constexpr const char* kGemmHeader = "finegemm/device/kernels/sm90_fp8_gemm.cuh";
 constexpr const char* kGemmParameters = "(const __grid_constant__ finegemm::device::GemmArgs)";
@@ -192,14 +193,19 @@ void launch(const LaunchPlan& plan, Stream stream) {
   config.blockDimZ = 1;
   config.sharedMemBytes = uint32_t(cfg.smem_bytes);
   config.hStream = reinterpret_cast<CUstream>(stream);
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = uint32_t(cfg.cluster_size);
-  attr.value.clusterDim.y = 1;
-  attr.value.clusterDim.z = 1;
+  std::array<CUlaunchAttribute, 2> attrs{};
+  unsigned num_attrs = 0;
   // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
-  config.attrs = cfg.cluster_size > 1 ? &attr : nullptr;
-  config.numAttrs = cfg.cluster_size > 1 ? 1 : 0;
+  if (cfg.cluster_size > 1) {
+    CUlaunchAttribute& a = attrs[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = uint32_t(cfg.cluster_size);
+    a.value.clusterDim.y = 1;
+    a.value.clusterDim.z = 1;
+  }
+  if (Runtime::instance().pdl()) num_attrs += set_pdl_attribute(attrs[num_attrs]);
+  config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
+  config.numAttrs = num_attrs;
   device::GemmArgs args = plan.args;
   if (cfg.tail_pieces > 1) {
     // The stream's own memory for the cut tiles' partial sums; without it (a stream's first such call made while the
@@ -298,6 +304,10 @@ void reset_device_error_flags() {
   check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize");
   check_cu(driver().cuMemsetD32(rt.error_flags(device), 0, 1), "cuMemsetD32(error flags)");
 }
+
+void set_pdl(bool enabled) { Runtime::instance().set_pdl(enabled); }
+
+bool get_pdl() { return Runtime::instance().pdl(); }
 
 int get_num_sms() {
   Runtime& rt = Runtime::instance();

@@ -227,6 +227,9 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   config.blockDimZ = 1;
   config.sharedMemBytes = 0;
   config.hStream = reinterpret_cast<CUstream>(stream);
+  CUlaunchAttribute pdl{};
+  if (rt.pdl()) config.numAttrs = jit::set_pdl_attribute(pdl);
+  config.attrs = config.numAttrs > 0 ? &pdl : nullptr;
   void* params[] = {const_cast<device::QuantizeArgs*>(&launch.args)};
   check_cu(driver().cuLaunchKernelEx(&config, function, params, nullptr), "cuLaunchKernelEx(fp8 quantizer)");
 }

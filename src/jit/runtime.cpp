@@ -55,6 +55,7 @@ Options Options::from_environment() {
   if (const char* d = std::getenv("FINEGEMM_DUMP_SASS"); d != nullptr && d[0] != '\0' && std::string(d) != "0")
     o.dump_dir = std::string(d) == "1" ? "finegemm-dump" : d;
   o.disable_sass_pass = env_flag("FINEGEMM_DISABLE_SASS_PASS");
+  o.pdl = env_flag("FINEGEMM_PDL");
   if (const char* s = std::getenv("FINEGEMM_NUM_SMS"); s != nullptr && s[0] != '\0') {
     char* end = nullptr;
     const long v = std::strtol(s, &end, 10);
@@ -77,7 +78,7 @@ std::string Options::describe() const {
   std::ostringstream os;
   os << "cache_dir=" << (cache_dir.empty() ? "(disabled)" : cache_dir) << " compiler=" << compiler
      << " debug=" << debug << " print_configs=" << print_configs << " dump=" << (dump_dir.empty() ? "-" : dump_dir)
-     << " sass_pass=" << (disable_sass_pass ? "disabled" : "default") << " num_sms=" << num_sms;
+     << " sass_pass=" << (disable_sass_pass ? "disabled" : "default") << " num_sms=" << num_sms << " pdl=" << pdl;
   for (const auto& d : extra_defines) os << ' ' << d;
   return os.str();
 }
@@ -91,7 +92,7 @@ Runtime& Runtime::instance() {
   return runtime;
 }
 
-Runtime::Runtime(Options options) : options_(std::move(options)) {
+Runtime::Runtime(Options options) : options_(std::move(options)), pdl_(options_.pdl) {
   disk_cache_ = std::make_unique<DiskCache>(options_.cache_dir);
   Hasher hasher;
   for (const auto& h : embedded_headers()) hasher.update(std::string_view(h.path)).update(h.content, h.size);

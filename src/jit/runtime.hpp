@@ -26,6 +26,7 @@ struct Options {
   std::string dump_dir;         ///< FINEGEMM_DUMP_SASS: directory receiving each compiled source and cubin
   bool disable_sass_pass = false;  ///< FINEGEMM_DISABLE_SASS_PASS
   int num_sms = 0;              ///< FINEGEMM_NUM_SMS (0: all)
+  bool pdl = false;             ///< FINEGEMM_PDL: launch with programmatic dependent launch (finegemm::set_pdl)
   std::vector<std::string> extra_defines;  ///< FINEGEMM_JIT_DEFINES: "-DNAME[=VALUE] ..." (kernel experiments)
 
   static Options from_environment();
@@ -82,6 +83,9 @@ class Runtime {
   /// SMs the kernels use on `ordinal` (options, set_num_sms, device limit).
   int num_sms(int ordinal);
   void set_num_sms(int num_sms) { num_sms_override_ = num_sms; }
+  /// Whether GEMMs and quantizers launch with programmatic dependent launch (Options::pdl, then set_pdl).
+  bool pdl() const { return pdl_; }
+  void set_pdl(bool enabled) { pdl_ = enabled; }
   /// The device error buffer of the current context (allocated on first use): word 0 the flags, then the words
   /// of measurement builds (device::kErrorBufferWords).
   CUdeviceptr error_flags(int ordinal);
@@ -104,6 +108,7 @@ class Runtime {
   Options options_;
   std::atomic<bool> sass_pass_enabled_{false};  // measured default: docs/sass-pass.md
   std::atomic<int> num_sms_override_{0};
+  std::atomic<bool> pdl_{false};
   std::unique_ptr<DiskCache> disk_cache_;
   std::string headers_hash_;
 
@@ -122,5 +127,14 @@ class Runtime {
   std::atomic<uint64_t> compiles_{0}, disk_hits_{0}, memory_hits_{0};
   std::atomic<uint64_t> compile_micros_{0};
 };
+
+/// Fills `attr` as a launch's programmatic-dependent-launch attribute (used where Runtime::pdl() is on): the kernel
+/// may start while the previous one on the stream runs, and waits for its results itself (griddepcontrol.wait).
+/// Returns the number of attributes filled (1).
+inline unsigned set_pdl_attribute(CUlaunchAttribute& attr) {
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  return 1;
+}
 
 }  // namespace finegemm::jit

@@ -16,6 +16,7 @@
 #include "heuristics/heuristics.hpp"
 #include "jit/driver.hpp"
 #include "jit/runtime.hpp"
+#include "reference/reference.hpp"
 #include "gpu/gpu_test.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
@@ -25,6 +26,7 @@
 
 namespace fg = finegemm;
 namespace ft = finegemm::tools;
+namespace fr = finegemm::reference;
 using fg::GemmKind;
 
 namespace {
@@ -577,6 +579,93 @@ TEST_F(Gpu, HostOverheadOfAWarmCall) {
   std::printf("[overhead] warm gemm_fp8_fp8_bf16_nt at M=64: %.2f us per call, median of 3 runs of 10000 calls "
               "(%.2f, %.2f, %.2f)\n", median, runs[0], runs[1], runs[2]);
   EXPECT_LE(median, 5.0);
+}
+
+// Programmatic dependent launch (finegemm::set_pdl): in a chain of per-token quantizations and GEMMs sharing A and
+// SA, each GEMM reads what the quantizer just wrote and each quantizer overwrites what the GEMM before it read. With
+// PDL every kernel may start while the previous one runs, so a missing griddepcontrol.wait on either side shows as a
+// GEMM output that differs from the chain run without PDL (bit for bit: the GEMM is deterministic). The chain is also
+// captured into a CUDA graph with PDL on. Then 32 chained decoding-size GEMMs are timed with PDL off and on.
+TEST_F(Gpu, ProgrammaticDependentLaunchKeepsTheOrder) {
+  struct PdlOff {
+    ~PdlOff() { fg::set_pdl(false); }
+  } pdl_off;
+  constexpr int64_t m = 64, n = 7168, k = 2048, kb = k / 128;
+  constexpr int kSteps = 8;
+  const int64_t m_pad = fg::get_tma_aligned_size(m, 4);
+  ft::ProblemOptions opt;
+  opt.seed = 91;
+  opt.data = ft::DataKind::kNormal;
+  ft::GemmProblem p(shape(GemmKind::kNormal, 1, m, n, k), opt);  // B and SB
+  std::mt19937_64 rng(92);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> x_host(size_t(kSteps * m * k));
+  for (auto& v : x_host) v = fr::float_to_bf16(normal(rng));
+  ft::DeviceBuffer x = ft::DeviceBuffer::from_host(x_host), a(size_t(m * k)), sa(size_t(kb * m_pad) * 4),
+                   d(size_t(kSteps * m * n) * 2);
+  const fg::TensorView va = fg::TensorView::contiguous(a.get(), fg::DType::kFloat8E4M3, {m, k});
+  const fg::TensorView vsa = fg::TensorView::strided(sa.get(), fg::DType::kFloat32, {m, kb}, {1, m_pad});
+  const fg::TensorView vb = fg::TensorView::contiguous(p.b.get(), fg::DType::kFloat8E4M3, {n, k});
+  const fg::TensorView vsb = fg::TensorView::contiguous(p.sb.get(), fg::DType::kFloat32, {n / 128, kb});
+  auto step_x = [&](int i) {
+    return fg::TensorView::contiguous(x.as<uint16_t>() + i * m * k, fg::DType::kBFloat16, {m, k});
+  };
+  auto step_d = [&](int i) {
+    return fg::TensorView::contiguous(d.as<uint16_t>() + i * m * n, fg::DType::kBFloat16, {m, n});
+  };
+  auto chain = [&] {
+    for (int i = 0; i < kSteps; ++i) {
+      fg::per_token_cast_to_fp8(step_x(i), va, vsa, reinterpret_cast<fg::Stream>(stream_));
+      fg::gemm_fp8_fp8_bf16_nt(va, vsa, vb, vsb, step_d(i), reinterpret_cast<fg::Stream>(stream_));
+    }
+  };
+  auto run_chain = [&](bool pdl, bool graph) {
+    fg::set_pdl(pdl);
+    d.fill_byte(0xFF, stream_);
+    if (graph) {
+      const cudaGraphExec_t exec = capture(stream_, chain);
+      FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      cudaGraphExecDestroy(exec);
+    } else {
+      chain();
+    }
+    ft::sync_and_check(stream_, std::string("chain, pdl=") + (pdl ? "on" : "off"));
+    return d.download_as<uint16_t>();
+  };
+  const std::vector<uint16_t> reference = run_chain(false, false);
+  EXPECT_EQ(std::count(reference.begin(), reference.end(), uint16_t(0xFFFF)), 0) << "every element written";
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_TRUE(run_chain(true, false) == reference) << "PDL on a stream, round " << round;
+    EXPECT_TRUE(run_chain(true, true) == reference) << "PDL in a CUDA graph, round " << round;
+  }
+
+  // Timing: 32 GEMMs back to back (no flush), events around the whole chain, median of 5 chains.
+  constexpr int kChain = 32;
+  auto chain_us = [&](bool pdl) {
+    fg::set_pdl(pdl);
+    cudaEvent_t start, stop;
+    FG_CUDA_CHECK(cudaEventCreate(&start));
+    FG_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> runs;
+    for (int r = 0; r < 6; ++r) {
+      FG_CUDA_CHECK(cudaEventRecord(start, stream_));
+      for (int i = 0; i < kChain; ++i)
+        fg::gemm_fp8_fp8_bf16_nt(va, vsa, vb, vsb, step_d(i % kSteps), reinterpret_cast<fg::Stream>(stream_));
+      FG_CUDA_CHECK(cudaEventRecord(stop, stream_));
+      FG_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      FG_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (r > 0) runs.push_back(1000.0 * ms / kChain);  // the first chain warms up
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ft::summarize_samples(runs).median;
+  };
+  const double off = chain_us(false), on = chain_us(true), off2 = chain_us(false), on2 = chain_us(true);
+  std::printf("[pdl] %d chained %lldx%lldx%lld GEMMs, us per GEMM (events, median of 5 chains): PDL off %.2f, %.2f; "
+              "on %.2f, %.2f\n", kChain, (long long)m, (long long)n, (long long)k, off, off2, on, on2);
+  EXPECT_LE(std::min(on, on2), 1.05 * std::min(off, off2)) << "PDL should not slow a chain down";
 }
 
 TEST_F(Gpu, SanitizerSmallCases) {

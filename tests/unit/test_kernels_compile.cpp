@@ -180,6 +180,13 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     }
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+    // Programmatic dependent launch (finegemm::set_pdl): griddepcontrol.wait (ACQBULK) precedes every global-memory
+    // access in the code, and the CTA lets dependents launch (griddepcontrol.launch_dependents, PREEXIT).
+    const size_t wait = sass.find("ACQBULK");
+    EXPECT_NE(wait, std::string::npos) << names[i] << ": no griddepcontrol.wait";
+    EXPECT_NE(sass.find("PREEXIT"), std::string::npos) << names[i] << ": no griddepcontrol.launch_dependents";
+    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
+      EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
   }
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
   EXPECT_EQ(split_k_kernels, 4u) << "64x1536x7168 and 128x576x7168, both SA layouts";

@@ -99,6 +99,10 @@ TEST(QuantizeCompile, AllVariantsCompileWithoutSpillsIntoTheIntendedSass) {
     // NOTE: ptxas defers the second row's loads of per-token fp32 (8 loads per row are in flight either way).
     if (v.bf16 || !v.per_token)
       EXPECT_LT(find_prefix(code, "LDG", true), find_prefix(code, "SHFL")) << v.function << ": a load after the amax";
+    // Programmatic dependent launch (finegemm::set_pdl): the wait comes before the first load.
+    EXPECT_EQ(count_prefix(code, "ACQBULK"), 1u) << v.function;
+    EXPECT_EQ(count_prefix(code, "PREEXIT"), 1u) << v.function;
+    EXPECT_LT(find_prefix(code, "ACQBULK"), find_prefix(code, "LDG")) << v.function;
 
     // Arithmetic: no calls (the IEEE division's slow path is one), no FP64, FMUL + 2 FFMA per element, the saturating
     // conversion, and a bounded instruction count.

@@ -27,6 +27,7 @@
 #include "finegemm/device/common/quantize_args.cuh"
 #include "finegemm/device/common/types.cuh"
 #include "finegemm/device/ptx/cvt.cuh"
+#include "finegemm/device/ptx/sync.cuh"
 
 namespace finegemm::device {
 
@@ -118,7 +119,7 @@ struct RowSlice {
     for (uint32_t i = 0; i < kNumVecs; ++i) {
 #pragma unroll
       for (uint32_t w = 0; w < 4; ++w) raw[i][w] = 0;
-      ptx::ld_global_nc_v4_b32_if(column(lane, i) < num_cols, x_lane + i * kVecStride * kElemBytes, raw[i]);
+      ptx::ld_global_v4_b32_if(column(lane, i) < num_cols, x_lane + i * kVecStride * kElemBytes, raw[i]);
     }
   }
 
@@ -205,7 +206,9 @@ __global__ void __launch_bounds__(kPerTokenNumThreads, kQuantMinCtasPerSm<kIsBF1
   float* scales = args.scales + group_idx * args.scale_group_stride + first_row * args.scale_row_stride +
                   k_block_idx * args.scale_k_block_stride;
 
-  // ---- Load the tile's rows before any arithmetic ------------------------------------------------------
+  // ---- Load the tile's rows before any arithmetic (after the previous kernel's results, under PDL) ---------------
+  ptx::launch_dependents();
+  ptx::grid_dependency_wait();
   Slice slices[kQuantRowsPerThread];
   uint32_t num_cols[kQuantRowsPerThread];  // 0 for rows past the last
 #pragma unroll
@@ -265,7 +268,9 @@ __global__ void __launch_bounds__(kPerBlockNumThreads, kQuantMinCtasPerSm<kIsBF1
                      (group_idx * args.x_group_stride + first_row * args.x_row_stride + col) * Slice::kElemBytes;
   uint8_t* out = args.out + group_idx * args.out_group_stride + first_row * args.out_row_stride + col;
 
-  // ---- Load the thread's rows (one per pass) before any arithmetic ---------------------------------------
+  // ---- Load the thread's rows (one per pass) before any arithmetic (after the previous kernel's, under PDL) ---
+  ptx::launch_dependents();
+  ptx::grid_dependency_wait();
   Slice slices[kQuantRowsPerThread];
   uint32_t num_cols[kQuantRowsPerThread];  // 0 for rows past the last
 #pragma unroll

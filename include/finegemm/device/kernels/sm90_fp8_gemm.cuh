@@ -334,6 +334,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   } else {
     __syncthreads();
   }
+  // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
+  // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
+  // scheduler's m_indices / masked_m reads, TMA loads and stores, SA gathers). The next kernel may be launched from
+  // now on: its CTAs find SMs only as this persistent grid's CTAs exit, and wait in turn for its results.
+  ptx::launch_dependents();
+  ptx::grid_dependency_wait();
   if (threadIdx.x == 0) trace_at(1);
 
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
@@ -612,8 +618,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
           const uint32_t my_kb = kb_base + lane_idx;
           const bool mine = my_kb < kb_end;
-          const float sb_first = mine ? ptx::ld_global_nc_f32(sb_src + my_kb) : 0.0f;
-          const float sb_second = has_second && mine ? ptx::ld_global_nc_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
+          const float sb_first = mine ? ptx::ld_global_f32(sb_src + my_kb) : 0.0f;
+          const float sb_second = has_second && mine ? ptx::ld_global_f32(sb_src + kNumKBlocks + my_kb) : 0.0f;
           const uint32_t num_kb = min_of(32u, kb_end - kb_base);
           for (uint32_t i = 0; i < num_kb; ++i) {
             const float s0 = __shfl_sync(0xffffffff, sb_first, i);

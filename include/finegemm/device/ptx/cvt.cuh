@@ -30,20 +30,23 @@ FG_DEVICE uint32_t max_xorsign_abs_bf16x2(uint32_t a, uint32_t b) {
   return r;
 }
 
-/// 16-byte read-only global load through the non-coherent path (`ptr` 16-byte aligned) when `pred` holds; otherwise
-/// `v` keeps its value and `ptr` is not read. The predicate lives inside the asm so that a guarded load is no branch
-/// around a basic block, which would keep ptxas from issuing the loads of one thread back to back.
-FG_DEVICE void ld_global_nc_v4_b32_if(bool pred, const void* ptr, uint32_t (&v)[4]) {
+/// 16-byte global load (`ptr` 16-byte aligned) when `pred` holds; otherwise `v` keeps its value and `ptr` is not
+/// read. The predicate lives inside the asm so that a guarded load is no branch around a basic block, which would keep
+/// ptxas from issuing the loads of one thread back to back. Not through the non-coherent path (ld.global.nc): under
+/// programmatic dependent launch its data may still be changing when the kernel starts, and ptxas hoisted such loads
+/// above griddepcontrol.wait.
+FG_DEVICE void ld_global_v4_b32_if(bool pred, const void* ptr, uint32_t (&v)[4]) {
   asm volatile(
       "{\n.reg .pred p;\n"
       "setp.ne.b32 p, %5, 0;\n"
-      "@p ld.global.nc.v4.b32 {%0, %1, %2, %3}, [%4];\n}\n"
+      "@p ld.global.v4.b32 {%0, %1, %2, %3}, [%4];\n}\n"
       : "+r"(v[0]), "+r"(v[1]), "+r"(v[2]), "+r"(v[3])
-      : "l"(ptr), "r"(uint32_t(pred)));
+      : "l"(ptr), "r"(uint32_t(pred))
+      : "memory");
 }
 
 /// 8-byte global store (`ptr` 8-byte aligned) when `pred` holds (the predicate inside the asm, as for
-/// ld_global_nc_v4_b32_if).
+/// ld_global_v4_b32_if).
 FG_DEVICE void st_global_v2_b32_if(bool pred, void* ptr, uint32_t v0, uint32_t v1) {
   asm volatile(
       "{\n.reg .pred p;\n"

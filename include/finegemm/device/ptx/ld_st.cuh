@@ -47,10 +47,12 @@ FG_DEVICE void st_shared_f32(float* ptr, float v) {
   asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(ptr)), "f"(v) : "memory");
 }
 
-/// Read-only global load through the non-coherent path.
-FG_DEVICE float ld_global_nc_f32(const float* ptr) {
+/// Global load. Not the non-coherent path (ld.global.nc), whose data must stay unchanged for the kernel's whole life:
+/// under programmatic dependent launch the previous kernel may still be writing it when this one starts, and ptxas
+/// then hoists .nc loads above griddepcontrol.wait (seen in the quantizers' SASS).
+FG_DEVICE float ld_global_f32(const float* ptr) {
   float v;
-  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(ptr) : "memory");
   return v;
 }
 

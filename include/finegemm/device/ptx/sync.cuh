@@ -40,6 +40,14 @@ FG_DEVICE uint32_t cluster_cta_rank() {
   return rank;
 }
 
+/// griddepcontrol.wait: with programmatic dependent launch, waits until the grids this one depends on completed and
+/// their memory operations are visible; returns at once in a grid launched without it.
+FG_DEVICE void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+/// griddepcontrol.launch_dependents: this CTA no longer holds back the launch of the grids that depend on this one
+/// programmatically (they still wait for its completion in grid_dependency_wait before touching memory).
+FG_DEVICE void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 template <int kRegisters>
 FG_DEVICE void setmaxnreg_inc() {
   static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg takes 24..256, step 8");
