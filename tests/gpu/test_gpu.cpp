@@ -641,6 +641,27 @@ TEST_F(Gpu, ProgrammaticDependentLaunchKeepsTheOrder) {
     EXPECT_TRUE(run_chain(true, true) == reference) << "PDL in a CUDA graph, round " << round;
   }
 
+  // Every launch form under PDL gives the plain launch's output: a split-K cluster (64x1536x7168), the 256-row
+  // kernel, both grouped layouts and K-major SA.
+  const ft::ProblemShape forms[] = {shape(GemmKind::kNormal, 1, 64, 1536, 7168),
+                                    shape(GemmKind::kNormal, 1, 1024, 4096, 7168),
+                                    shape(GemmKind::kGroupedMasked, 4, 256, 7168, 2048),
+                                    shape(GemmKind::kGroupedContiguous, 4, 512, 4096, 2048)};
+  for (const auto& f : forms)
+    for (bool k_major : {false, true}) {
+      ft::GemmProblem q(f, opt);
+      std::vector<uint16_t> outputs[2];
+      for (bool pdl : {false, true}) {
+        fg::set_pdl(pdl);
+        q.poison_output(stream_);
+        q.run(k_major, stream_);
+        ft::sync_and_check(stream_, f.describe());
+        outputs[pdl] = q.download_output();
+      }
+      EXPECT_TRUE(outputs[1] == outputs[0]) << f.describe() << (k_major ? " K-major SA" : "") << ": PDL changed D";
+      EXPECT_TRUE(ft::check_output(q, ft::gpu_reference(q), outputs[1]).ok) << f.describe();
+    }
+
   // Timing: 32 GEMMs back to back (no flush), then 32 quantization + GEMM steps; each chain enqueued whole behind a
   // host function that holds the stream (so the host's launch rate does not pace it), events around it, median of 5.
   constexpr int kChain = 32;
