@@ -154,10 +154,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// Rows per group the tiles are counted over.
 int64_t rows_for_tiles(const Problem& p) { return p.m; }
 
+/// Groups whose tiles the kernel walks one after another (masked: every group; dense and contiguous: one 2D view).
+int tiled_groups(const Problem& p) { return p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1; }
+
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int64_t m_blocks = ceil_div(rows_for_tiles(p), c.block_m);
   const int64_t n_blocks = ceil_div(p.n, c.block_n);
-  const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
+  const int groups = tiled_groups(p);
   c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
   // Split-K: a tile takes both CTAs of a cluster, each over half of K.
   c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid / c.split_k));
@@ -319,7 +322,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           } else if (cluster == 2 && num_sms < 2) {
             cand.rejected = "a cluster of 2 needs 2 SMs";
           } else if (cluster == 2 && split == 1 &&
-                     rows * (p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1) < kMulticastMinRows &&
+                     rows * tiled_groups(p) < kMulticastMinRows &&
                      forced_config().cluster != 2) {
             cand.rejected = "multicast pays only with many rows (>= 512)";
           } else if (cluster == 2 && split == 1 && on_a && n_blocks % 2 != 0) {
@@ -463,8 +466,7 @@ bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
   const bool dense = p.kind == GemmKind::kNormal;
   const bool one_row_block = ceil_div(dense ? p.m : p.m_max, c.block_m) == 1;
   if (!one_row_block) return c.num_waves <= kEvictFirstMaxWaves;
-  const int groups = p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1;
-  const double flops = 2.0 * double(groups) * double(p.m) * double(p.n) * double(p.k);
+  const double flops = 2.0 * double(tiled_groups(p)) * double(p.m) * double(p.n) * double(p.k);
   const int64_t max_waves = kEvictFirstMaxWaves + (c.block_m == 64 ? 1 : 0);
   return flops <= kEvictFirstMaxOneBlockFlops && (dense || c.num_waves <= max_waves);
 }
