@@ -208,13 +208,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                      (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
-  // SB: in dense kernels with whole batches every math thread reads it (a broadcast load) before its turn; read by
-  // lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from one batch
-  // to the next (docs/performance-log.md, session 23; in the grouped kernels the broadcast made ptxas recompute the
-  // wave count in every K block or serialize the wgmmas). Gathered SA is read by every math thread; A and B are read by
-  // the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one arrive
-  // per warp.
-  constexpr bool kEveryThreadReadsSb = kGemmKind == GemmKind::kNormal && gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1;
+  // SB: in dense and contiguous kernels with whole batches every math thread reads it (a broadcast load) before its
+  // turn; read by lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from
+  // one batch to the next (docs/performance-log.md, session 23: dense; session 37: contiguous, 2% at 256x128). In the
+  // masked kernels the broadcast made ptxas recompute the wave count in every K block (233 instead of 229
+  // instructions). Gathered SA is read by every math thread; A and B are read by the async proxy (wgmma), and they
+  // and SA otherwise are written by TMA. The peer CTA of a cluster gets one arrive per warp.
+  constexpr bool kEveryThreadReadsSb =
+      kGemmKind != GemmKind::kGroupedMasked && gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1;
   constexpr uint32_t kLocalReleaseArrivals = kSaGather || kEveryThreadReadsSb ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
@@ -767,7 +768,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       float sb0, sb1;
       if constexpr (kEveryThreadReadsSb) {
         const float2 sb = ptx::ld_shared_v2_f32(smem_sb + stage * 2);
-        sb0 = sb.x;
+        // A wide tile's wave 1: the second n-block's SB (one SB block per 128-column n-block).
+        sb0 = kWide && wave == 1 ? sb.y : sb.x;
         sb1 = kUniformScaleB ? sb0 : sb.y;
       } else {
         float2 sb = make_float2(0.0f, 0.0f);
@@ -870,9 +872,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               }
               break;
             }
-            // Dense kernels and half batches read the scales before the turn, so that the promotion is ready to run
-            // once the wgmmas complete (read after the issue, their loads sat in the chain from one batch to the next,
-            // session 23; with half batches, ptxas scheduled them after the second half's wait).
+            // Dense and contiguous kernels and half batches read the scales before the turn, so that the promotion is
+            // ready to run once the wgmmas complete (read after the issue, their loads sat in the chain from one batch
+            // to the next, sessions 23 and 37; with half batches, ptxas scheduled them after the second half's wait).
             constexpr bool kScalesBeforeTurn = kEveryThreadReadsSb || kBatchParts == 2;
             Scales sc;
             if constexpr (kScalesBeforeTurn) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
