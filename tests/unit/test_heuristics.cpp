@@ -19,6 +19,15 @@ Problem dense(int64_t m, int64_t n, int64_t k) {
   p.k = k;
   return p;
 }
+
+/// A masked grouped GEMM of `groups` groups whose M_max and expected M are both `m`.
+Problem masked(int groups, int64_t m, int64_t n, int64_t k) {
+  Problem p = dense(m, n, k);
+  p.kind = GemmKind::kGroupedMasked;
+  p.num_groups = groups;
+  p.m_max = m;
+  return p;
+}
 }  // namespace
 
 TEST(Heuristics, DeterministicAndWithinLimits) {
@@ -110,10 +119,7 @@ TEST(Heuristics, KernelFunctionNamesTheConfig) {
 }
 
 TEST(Heuristics, MaskedAndContiguousPickLegalConfigs) {
-  Problem p = dense(256, 7168, 2048);
-  p.kind = GemmKind::kGroupedMasked;
-  p.num_groups = 4;
-  p.m_max = 256;
+  Problem p = masked(4, 256, 7168, 2048);
   const auto masked = fh::select_config(p, 132);
   EXPECT_TRUE(masked.cluster_size == 1 || masked.multicast_on_a);
   p.kind = GemmKind::kGroupedContiguous;
@@ -171,11 +177,7 @@ TEST(Heuristics, Block256WeighsLessWhereItsTilesRunInFewWaves) {
     EXPECT_EQ(c.block_m, 256) << p.m << "x" << p.n << "x" << p.k << ": " << c.describe();
   }
   // Grouped GEMMs keep the old weight: masked 4x256x7168x2048 ran 35.1 us with 256x128 against 44.0 with 128x160.
-  Problem masked = dense(256, 7168, 2048);
-  masked.kind = GemmKind::kGroupedMasked;
-  masked.num_groups = 4;
-  masked.m_max = 256;
-  EXPECT_EQ(fh::select_config(masked, 132).block_m, 256);
+  EXPECT_EQ(fh::select_config(masked(4, 256, 7168, 2048), 132).block_m, 256);
 }
 
 TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
@@ -216,28 +218,19 @@ TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   EXPECT_TRUE(fh::select_config(dense(128, 7168, 16384), 132).b_evict_first);
   for (const auto& [groups, m, hinted] : {std::tuple{8, 256, false}, {8, 128, false}, {4, 256, false},
                                           {4, 128, true}, {8, 64, true}}) {
-    Problem q = dense(m, 4096, 7168);
-    q.kind = GemmKind::kGroupedMasked;
-    q.num_groups = groups;
-    q.m_max = m;
+    const Problem q = masked(groups, m, 4096, 7168);
     const auto c = fh::select_config(q, 132);
     EXPECT_LE(m, c.block_m) << c.describe();  // one row block per group
     EXPECT_LE(c.num_waves, 2) << c.describe();
     EXPECT_EQ(c.b_evict_first, hinted) << groups << "x" << m << "x4096x7168: " << c.describe();
   }
-  Problem p = dense(256, 7168, 2048);
-  p.kind = GemmKind::kGroupedMasked;
-  p.num_groups = 4;
-  p.m_max = 256;
-  const auto masked = fh::select_config(p, 132);
-  EXPECT_EQ(masked.b_evict_first, masked.block_m >= 128) << masked.describe();
+  Problem p = masked(4, 256, 7168, 2048);
+  const auto four_groups = fh::select_config(p, 132);
+  EXPECT_EQ(four_groups.b_evict_first, four_groups.block_m >= 128) << four_groups.describe();
   // 64-row tiles keep it in three waves (masked 8x32x7168x2048: 50.3-50.8 us with it, 52.1-52.4 without), not in four
   // (10x64x7168x2048: 64.0 against 63.6).
   for (const auto& [groups, m, hinted] : {std::tuple{8, 32, true}, {8, 16, true}, {10, 64, false}}) {
-    Problem q = dense(m, 7168, 2048);
-    q.kind = GemmKind::kGroupedMasked;
-    q.num_groups = groups;
-    q.m_max = m;
+    const Problem q = masked(groups, m, 7168, 2048);
     const auto c = fh::select_config(q, 132);
     EXPECT_EQ(c.block_m, 64) << c.describe();
     EXPECT_EQ(c.num_waves, hinted ? 3 : 4) << c.describe();
@@ -282,10 +275,7 @@ TEST(Heuristics, BPairsWhereTheCallStreamsB) {
     const auto c = fh::select_config(shape, 132);
     EXPECT_FALSE(c.b_pairs) << shape.m << "x" << shape.n << "x" << shape.k << ": " << c.describe();
   }
-  Problem p = dense(256, 7168, 2048);
-  p.kind = GemmKind::kGroupedMasked;
-  p.num_groups = 1;
-  p.m_max = 256;
+  const Problem p = masked(1, 256, 7168, 2048);
   EXPECT_FALSE(fh::select_config(p, 132).b_pairs);
   // Every pick with pairs is one the kernel allows (its kBPairs: unclustered, BLOCK_M <= 128, BLOCK_N >= 64).
   for (int64_t m : {1, 64, 65, 128, 256, 384, 1000}) {
