@@ -210,12 +210,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
   // SB: in dense and contiguous kernels with whole batches every math thread reads it (a broadcast load) before its
   // turn; read by lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from
-  // one batch to the next (docs/performance-log.md, session 23: dense; session 37: contiguous, 2% at 256x128). In the
-  // masked kernels the broadcast made ptxas recompute the wave count in every K block (233 instead of 229
-  // instructions). Gathered SA is read by every math thread; A and B are read by the async proxy (wgmma), and they
-  // and SA otherwise are written by TMA. The peer CTA of a cluster gets one arrive per warp.
+  // one batch to the next (docs/performance-log.md, session 23: dense; session 37: contiguous, 2% at 256x128). Masked
+  // kernels: the same time either way at 256x128 (where the broadcast keeps the K loop the dense one's, 195 against 217
+  // instructions), 1.4% slower with it at 128x160 (session 38). Gathered SA is read by every math thread; A and B are
+  // read by the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one
+  // arrive per warp.
   constexpr bool kEveryThreadReadsSb =
-      kGemmKind != GemmKind::kGroupedMasked && gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1;
+      gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1 && (kGemmKind != GemmKind::kGroupedMasked || kNumWaves == 2);
   constexpr uint32_t kLocalReleaseArrivals = kSaGather || kEveryThreadReadsSb ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
@@ -816,8 +817,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     };
 
     // One tile's K loop; `first` carries first_granules, as a compile-time constant (Constant<V>) or not; `wide`
-    // (Constant<0 or 1>) whether the tile is wide.
-    auto k_loop = [&](auto first, auto wide) {
+    // (Constant<0 or 1>) whether the tile is wide; `waves` (Constant<1 or kNumWaves>) how many waves it computes.
+    auto k_loop = [&](auto first, auto wide, auto waves) {
       if constexpr (kKDepth > 1) {
         // K blocks in groups of kKDepth (the last group may be shorter), block d of a group into accum[d]: issue
         // all, then wait for each in turn and promote it while the later ones run. Nothing is in flight across the
@@ -853,8 +854,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       } else {
         // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to
         // compute is skipped (by both warpgroups alike, so the turns stay balanced).
-        const uint32_t num_waves =
-            kNumWaves == 1 || decltype(wide)::value || tile.compute_rows > int32_t(kWaveRows) ? kNumWaves : 1;
+        constexpr uint32_t num_waves = decltype(waves)::value;
         auto k_block = [&](auto is_first, const uint32_t kb) {
           const uint32_t c_start = LoopClocks::mark();
           if (!next_full) timed_wait(&full_barriers[pipe.stage], pipe.phase, full_wait_cycles);
@@ -872,9 +872,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
               }
               break;
             }
-            // Dense and contiguous kernels and half batches read the scales before the turn, so that the promotion is
-            // ready to run once the wgmmas complete (read after the issue, their loads sat in the chain from one batch
-            // to the next, sessions 23 and 37; with half batches, ptxas scheduled them after the second half's wait).
+            // Kernels whose math threads all read SB, and half batches, read the scales before the turn, so that the
+            // promotion is ready to run once the wgmmas complete (read after the issue, their loads sat in the chain
+            // from one batch to the next, sessions 23 and 37; with half batches, ptxas scheduled them after the second
+            // half's wait).
             constexpr bool kScalesBeforeTurn = kEveryThreadReadsSb || kBatchParts == 2;
             Scales sc;
             if constexpr (kScalesBeforeTurn) sc = load_scales(pipe.stage, w, wide, kb_first() + kb);
@@ -936,12 +937,24 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       }
       // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
       // Wide tiles have a copy of their own.
-      auto k_loops = [&](auto wide) {
+      auto k_loops_of = [&](auto wide, auto waves) {
         if constexpr (kNumScaleGranules <= kMaxScaleVariants) {
-          auto k_loop_of = [&](auto first) { k_loop(first, wide); };
+          auto k_loop_of = [&](auto first) { k_loop(first, wide, waves); };
           with_constant<1, kNumScaleGranules>(first_granules, k_loop_of);
         } else {
-          k_loop(RuntimeValue{first_granules}, wide);
+          k_loop(RuntimeValue{first_granules}, wide, waves);
+        }
+      };
+      // A tile with at most kWaveRows rows to compute runs wave 0 only (a wide tile has both). The wave count is a
+      // compile-time constant, one copy of the K loop per count: tested at run time, ptxas re-evaluated it in every
+      // K block (the 256x128 K loop 225-229 instructions against 195; 1-3% slower, session 38).
+      auto k_loops = [&](auto wide) {
+        if constexpr (kNumWaves == 1 || kKDepth > 1 || decltype(wide)::value) {
+          k_loops_of(wide, Constant<kNumWaves>());
+        } else if (tile.compute_rows > int32_t(kWaveRows)) {
+          k_loops_of(wide, Constant<kNumWaves>());
+        } else {
+          k_loops_of(wide, Constant<1>());
         }
       };
       if constexpr (kWideTiles) {
