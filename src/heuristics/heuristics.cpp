@@ -38,9 +38,12 @@ constexpr double kBlockM256CycleFactor = 0.91;
 constexpr double kBlockM256CycleFactorFewWaves = 0.95;
 constexpr int64_t kBlockM256FewWaves = 4;
 constexpr int64_t kBlockM256ShortK = 2048;
-// Below 16 K blocks BLOCK_M=256 lost to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512, 251.7 vs
-// 249.0 us at 4096x24576x1536; from K=2048 up it won (97.8 vs 102.4 us at 4096x7168x2048).
-constexpr int64_t kBlockM256MinK = 2048;
+// Below 12 K blocks BLOCK_M=256 loses to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512 (146.0-146.5
+// vs 130.1-130.9 with session 38's K loop). At K=1536 it lost before session 38 (251.7 vs 249.0 us at
+// 4096x24576x1536); with the K loop of one copy per wave count it ran 24576x1536 at M 512-8192 0-2% faster than
+// 128x192 (4096: 237.7-238.3 vs 241.0-241.3 us) and, against the picks it replaced at N=7168, M=400, 2200 2-4%
+// faster, M=1500 as fast, M=4000 1.1% slower (71.6-71.7 vs 70.9 with 128x160) (docs/performance-log.md, session 38).
+constexpr int64_t kBlockM256MinK = 1536;
 // Except where one 256-row block holds every row and K is short: 192x32768x512 and 256x32768x512 ran 14.4 and 15.6 us
 // with BLOCK_M=256 against 15.9-16.1 and 16.9-17.0 with 128-row tiles (H100, docs/performance-log.md, session 33; the
 // time model then picks it); at K=1536 it lost there too (192x24576x1536 25.4 against 24.0).
@@ -298,7 +301,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
           } else if (block_m == 256 && p.k < kBlockM256MinK && !(one_256_row_block && p.k <= kBlockM256OneBlockMaxK) &&
                      forced_config().block_m != 256) {
-            cand.rejected = "BLOCK_M=256 needs K >= 2048 (or a dense GEMM's rows in one 256-row block and K <= 512): "
+            cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
                             "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
                             "saves";
           } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
