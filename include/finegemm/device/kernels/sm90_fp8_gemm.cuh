@@ -947,7 +947,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       };
       // A tile with at most kWaveRows rows to compute runs wave 0 only (a wide tile has both). The wave count is a
       // compile-time constant, one copy of the K loop per count: tested at run time, ptxas re-evaluated it in every
-      // K block (the 256x128 K loop 225-229 instructions against 195; 1-3% slower, session 38).
+      // K block (256x128 K loops of 199-229 instructions against 195; 0.3-3.3% slower, session 38).
       auto k_loops = [&](auto wide) {
         if constexpr (kNumWaves == 1 || kKDepth > 1 || decltype(wide)::value) {
           k_loops_of(wide, Constant<kNumWaves>());
