@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, then the CLI on
-# 256-row contiguous tiles and on 128x192 tiles with half batches (memcheck, racecheck, synccheck); fails on any
-# report. From the repository root:
+# Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, the dense
+# wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row contiguous tiles and on 128x192 tiles with
+# half batches (memcheck, racecheck, synccheck); fails on any report. From the repository root:
 #   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
 set -uo pipefail
 BUILD=${1:-build-device}
@@ -15,6 +15,17 @@ for tool in memcheck racecheck synccheck initcheck; do
   rc=$?
   errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
   echo "sanitizer $tool: rc=$rc ${errors:-no summary line}"
+  [ $rc -eq 0 ] || status=1
+done
+# The dense wide tail (racecheck took over 300 s on it; its wide tiles' shared-memory use is the contiguous kernels',
+# which the CLI cases below racecheck).
+for tool in memcheck synccheck initcheck; do
+  log="$OUT_DIR/sanitizer-wide-tail-$tool.log"
+  timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" --gtest_filter=Gpu.SanitizerWideTail \
+    > "$log" 2>&1
+  rc=$?
+  errors=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
+  echo "sanitizer $tool (dense wide tail): rc=$rc ${errors:-no summary line}"
   [ $rc -eq 0 ] || status=1
 done
 # The CLI on a shape file with forced tiles, both SA layouts, under memcheck, racecheck and synccheck.

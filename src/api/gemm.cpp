@@ -117,9 +117,12 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   plan->device = device;
   // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
   // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
+  // The gathering kernels have no wide tail (device::gemm_dense_wide_tail): their last row block runs as full tiles.
   if (plan->config.sa_mode == device::kSaKMajorTma &&
-      (c.ld_sa % 4 != 0 || reinterpret_cast<uintptr_t>(c.sa) % 16 != 0))
+      (c.ld_sa % 4 != 0 || reinterpret_cast<uintptr_t>(c.sa) % 16 != 0)) {
     plan->config.sa_mode = device::kSaKMajorGather;
+    plan->config.wide_tail = false;
+  }
   const KernelConfig& cfg = plan->config;
   if (rt.options().print_configs)
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
@@ -141,7 +144,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
             uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, args.a_box_rows,
             CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A)");
-  if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), a_split))
+  if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), a_split, cfg.wide_tail))
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a_half), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
               uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2),
               CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A, half box)");

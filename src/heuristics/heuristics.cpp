@@ -160,6 +160,23 @@ int64_t rows_for_tiles(const Problem& p) { return p.m; }
 /// Groups whose tiles the kernel walks one after another (masked: every group; dense and contiguous: one 2D view).
 int tiled_groups(const Problem& p) { return p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1; }
 
+/// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
+/// tiles. Measured on an H100 (docs/performance-log.md, session 39; us, the library before / with wide tails, two
+/// rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3; 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2;
+/// 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1, 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 /
+/// 194.2, 194.3; 4224x7168x2048 (128x192 before) 97.8, 97.4 / 94.7, 94.7; 4157x1000x4096 (128x128 before) 29.0, 29.0
+/// / 29.3, 29.2. A first version had the wide path in every 256x128 kernel and no K limit: the unchanged shapes ran
+/// 0.4-0.6% slower (4096x7168x16384 643.1, 643.9 / 647.4, 647.8), 8300x7168x2048 (no round saved) 0.5% slower, and at
+/// K=1536 4160x24576x1536 took 256x128 tiles over 128x192 ones, 247.8, 248.4 against 237.9, 237.2.
+constexpr int64_t kWideTailMinK = 2048;
+
+/// Whether the kernel of `c` may run a dense GEMM's last row block as wide tiles (device::gemm_dense_wide_tail).
+bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
+  return p.kind == GemmKind::kNormal && c.split_k == 1 && p.k >= kWideTailMinK &&
+         device::gemm_dense_wide_tail(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.cluster_size), false,
+                                      c.sa_mode);
+}
+
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int64_t m_blocks = ceil_div(rows_for_tiles(p), c.block_m);
   const int64_t n_blocks = ceil_div(p.n, c.block_n);
@@ -167,6 +184,16 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
   // Split-K: a tile takes both CTAs of a cluster, each over half of K.
   c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid / c.split_k));
+  // A last row block of at most 128 rows as wide tiles, where that saves a round.
+  c.wide_tail = false;
+  if (wide_tail_allowed(p, c)) {
+    const int64_t wide_tiles = device::gemm_dense_tiles(p.m, n_blocks, uint32_t(c.block_m), true);
+    if (ceil_div(wide_tiles, int64_t(c.grid)) < c.num_waves) {
+      c.wide_tail = true;
+      c.num_tiles = wide_tiles;
+      c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid));
+    }
+  }
   // Cycles per 128-wide K block. A warpgroup's batch of four m64nNk32 wgmmas keeps the tensor pipe busy 2N cycles
   // (N rounded up to 32: BN=112 measured 14% slower than BN=128 at equal waves on an H100). Between the end of its
   // batch and the issue of its next one a warpgroup promotes and re-issues, about kMathCriticalCycles. With two
@@ -215,6 +242,7 @@ std::string KernelConfig::describe() const {
   os << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "");
   if (tail_pieces > 1) os << " tail=" << (num_tiles - tail_first_tile) << "x" << tail_pieces;
+  if (wide_tail) os << " wide-tail";
   os << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
@@ -224,7 +252,7 @@ std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
      << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
-     << sa_mode << "u, " << split_k << "u" << (tail_pieces > 1 ? ", true" : "") << ">";
+     << sa_mode << "u, " << split_k << "u" << (tail_pieces > 1 ? ", true" : wide_tail ? ", false, true" : "") << ">";
   return os.str();
 }
 
@@ -427,6 +455,7 @@ int tail_pieces_for(const Problem& p, const KernelConfig& c, const HardwareModel
   const int64_t k_blocks = ceil_div(p.k, 128);
   const int64_t cut_tiles = c.num_tiles % c.grid;
   const bool eligible = p.kind == GemmKind::kNormal && !p.sa_k_major && c.cluster_size == 1 && c.split_k == 1 &&
+                        !c.wide_tail &&
                         device::gemm_k_depth(uint32_t(c.block_m), uint32_t(c.block_n)) == 1 &&
                         k_blocks >= 2 * kMaxTailPieces && cut_tiles > 0;
   if (!eligible) return 1;

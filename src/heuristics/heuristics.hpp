@@ -34,6 +34,9 @@ struct KernelConfig {
   /// many ranges of K blocks run by different CTAs (device::GemmArgs); 1: none.
   int tail_pieces = 1;
   int64_t tail_first_tile = 0;
+  /// Dense 256x128 tiles: the last row block (at most 128 rows) runs as wide tiles over two n-blocks each, in a kernel
+  /// of its own (device::gemm_dense_wide_tail; score() picks it where it saves a round of tiles).
+  bool wide_tail = false;
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
   int smem_bytes = 0;

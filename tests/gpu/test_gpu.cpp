@@ -177,6 +177,38 @@ TEST_F(Gpu, DenseAwkwardShapes) {
   std::printf("[dense-awkward] %zu cases, %d failures\n", shapes.size() * 2, failures);
 }
 
+// Dense 256x128 tiles with M > 256 ending in a block of at most 128 rows, where that saves a round of tiles: the
+// wide-tail kernel runs that block as 128 rows moved up to end at row M, times two n-blocks per tile
+// (KernelConfig::wide_tail). Cases: a 61-row tail with M not a multiple of 4 (the moved-up rows reach 3 past M), a
+// 4-row tail, a 128-row tail with a partial last n-block inside a wide tile and a partial last K block, and an odd
+// n-block count (the last tail tile narrow, one wave); on 132 SMs each picks the wide-tail kernel with MN-major SA and
+// with K-major SA by TMA boxes (K-major SA gathered, K <= 2048 or K not a multiple of 512, keeps the plain kernels).
+TEST_F(Gpu, DenseTailAsWideTiles) {
+  const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 4157, 7168, 2048),
+                                     shape(GemmKind::kNormal, 1, 4100, 4096, 7168),
+                                     shape(GemmKind::kNormal, 1, 4224, 1000, 4160),
+                                     shape(GemmKind::kNormal, 1, 2148, 1920, 7168)};
+  precompile(std::vector<ft::ProblemShape>(std::begin(shapes), std::end(shapes)));
+  const int num_sms = fg::get_num_sms();
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(2600 + i++);
+      ft::GemmProblem p(s, opt);
+      const std::string config = fg::describe_config(ft::problem_of(s, k_major), num_sms);
+      const bool gathered = config.find("sa=k-gather") != std::string::npos;
+      if (num_sms == 132)
+        EXPECT_EQ(config.find("BM=256 BN=128") != std::string::npos && config.find("wide-tail") != std::string::npos,
+                  !gathered)
+            << s.describe() << ": the pick changed: " << config;
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[wide-tail] %-30s SA %-8s %-54s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
+                  config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n" << v.summary;
+    }
+}
+
 TEST_F(Gpu, GroupedContiguous) {
   struct Case {
     int groups;
@@ -733,7 +765,8 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // The reduced set the sanitizer script runs: one small and two larger dense cases (1024x4096x1024 runs two
   // tiles per CTA through the 128-row ping-pong path and the overlapped epilogue), one split-K case (63x576x7168:
   // two CTAs of a cluster, partial sums through distributed shared memory), one with B loaded two stages per wait
-  // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one contiguous, one masked.
+  // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one contiguous, one masked. The dense wide
+  // tail has a case of its own (SanitizerWideTail).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
@@ -750,6 +783,25 @@ TEST_F(Gpu, SanitizerSmallCases) {
       const ft::Verdict v = run_and_check(p, k_major);
       EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
     }
+}
+
+// The dense wide tail under the sanitizers (scripts/sanitize.sh: memcheck, synccheck, initcheck; racecheck took over
+// 300 s on it, and its wide tiles share the contiguous kernels' shared-memory use, which the script's CLI cases
+// racecheck): 4157x1000x2048 (a 61-row last block as 128 rows moved up, reaching 3 rows past M, over two n-blocks per
+// tile, the second one partial) picks the wide-tail kernel with MN-major SA on 132 SMs; K-major SA (gathered) the
+// plain one.
+TEST_F(Gpu, SanitizerWideTail) {
+  const ft::ProblemShape s = shape(GemmKind::kNormal, 1, 4157, 1000, 2048);
+  int i = 0;
+  for (bool k_major : {false, true}) {
+    ft::ProblemOptions opt;
+    opt.seed = uint64_t(60 + i++);
+    ft::GemmProblem p(s, opt);
+    const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
+    if (fg::get_num_sms() == 132 && !k_major) EXPECT_NE(config.find("wide-tail"), std::string::npos) << config;
+    const ft::Verdict v = run_and_check(p, k_major);
+    EXPECT_TRUE(v.ok) << s.describe() << " " << config << "\n" << v.summary;
+  }
 }
 
 TEST_F(Gpu, ColdCompileAndWarmLoadOfADenseKernel) {

@@ -401,3 +401,40 @@ TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
         EXPECT_EQ(x.grid % x.cluster_size, 0) << x.describe();
       }
 }
+
+TEST(Heuristics, DenseWideTailWhereItSavesARound) {
+  // 4160x7168x16384: 16 full row blocks of 256 and a 64-row last one. As full 256-row tiles that was 17 x 56 = 952
+  // tiles, 8 waves on 132 SMs (1 more than M=4096 in 7 waves); as wide tiles the last block is 28 tiles: 924, 7 waves.
+  const auto c = fh::select_config(dense(4160, 7168, 16384), 132);
+  EXPECT_EQ(c.block_m, 256);
+  EXPECT_EQ(c.block_n, 128);
+  EXPECT_TRUE(c.wide_tail);
+  EXPECT_EQ(c.num_tiles, 16 * 56 + 28);
+  EXPECT_EQ(c.num_waves, 7) << c.describe();
+  EXPECT_NE(c.kernel_function().find(", 1u, false, true>"), std::string::npos) << c.kernel_function();
+  EXPECT_NE(c.describe().find("wide-tail"), std::string::npos) << c.describe();
+  // No round saved (8300x7168x2048: 14 rounds either way), K below 2048 (4160x24576x1536 keeps 128x192 tiles), M a
+  // multiple of 256, or K-major SA gathered: the plain kernel.
+  EXPECT_FALSE(fh::select_config(dense(8300, 7168, 2048), 132).wide_tail);
+  const auto k1536 = fh::select_config(dense(4160, 24576, 1536), 132);
+  EXPECT_FALSE(k1536.wide_tail);
+  EXPECT_EQ(k1536.block_n, 192) << k1536.describe();
+  EXPECT_FALSE(fh::select_config(dense(4096, 7168, 16384), 132).wide_tail);
+  Problem gathered = dense(4160, 7168, 2048);  // K-major SA with 16 K blocks: gathered
+  gathered.sa_k_major = true;
+  EXPECT_FALSE(fh::select_config(gathered, 132).wide_tail);
+  // The count is the device scheduler's (checked against its walk in test_scheduler.cpp), and a wide tail always
+  // saves a round over full 256-row tiles.
+  for (int64_t m : {257, 300, 384, 385, 801, 1100, 2049, 4097, 4224, 4225, 6000, 6200})
+    for (int64_t n : {1000, 1408, 4096, 7168})
+      for (int64_t k : {2048, 7168}) {
+        const auto x = fh::select_config(dense(m, n, k), 132);
+        const int64_t n_blocks = (n + x.block_n - 1) / x.block_n;
+        EXPECT_EQ(x.num_tiles, finegemm::device::gemm_dense_tiles(m, n_blocks, uint32_t(x.block_m), x.wide_tail))
+            << x.describe();
+        if (x.wide_tail) {
+          const int64_t full = finegemm::device::gemm_dense_tiles(m, n_blocks, uint32_t(x.block_m), false);
+          EXPECT_LT(x.num_waves, (full + 131) / 132) << x.describe();
+        }
+      }
+}

@@ -19,16 +19,18 @@ struct Visit {
   bool check_rows;
   int first_row;
   bool wide;
+  int compute_rows;
 };
 
-template <fd::GemmKind kKind, int BM, int BN, int NB, int kCluster, bool kOnA>
+template <fd::GemmKind kKind, int BM, int BN, int NB, int kCluster, bool kOnA, bool kWideTail = false>
 std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout, int num_ctas) {
   std::vector<std::vector<Visit>> per_cta(static_cast<size_t>(num_ctas));
   for (int cta = 0; cta < num_ctas; ++cta) {
-    fd::TileScheduler<kKind, BM, BN, NB, kCluster, kOnA> s(rows, groups, layout, cta, num_ctas);
+    fd::TileScheduler<kKind, BM, BN, NB, kCluster, kOnA, false, kWideTail> s(rows, groups, layout, cta, num_ctas);
     fd::Tile t;
-    while (s.next(t)) per_cta[size_t(cta)].push_back(
-        {cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows, t.first_row, t.wide});
+    while (s.next(t))
+      per_cta[size_t(cta)].push_back({cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows,
+                                      t.first_row, t.wide, t.compute_rows});
   }
   return per_cta;
 }
@@ -53,12 +55,16 @@ std::vector<int> router_counts(uint32_t seed) {
   return counts;
 }
 
-template <int BM, int BN, int NB, int kCluster, bool kOnA>
+template <int BM, int BN, int NB, int kCluster, bool kOnA, bool kWideTail = false>
 void check_normal(int m, int num_ctas) {
-  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kCluster, kOnA>(m, 1, nullptr, num_ctas);
+  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kCluster, kOnA, kWideTail>(m, 1, nullptr, num_ctas);
   std::map<std::pair<int, int>, int> seen;
+  int num_tiles = 0;
   for (const auto& cta : visits)
-    for (const auto& v : cta) ++seen[{v.m_block, v.n_block}];
+    for (const auto& v : cta) {
+      ++num_tiles;
+      for (int n = v.n_block; n <= v.n_block + int(v.wide); ++n) ++seen[{v.m_block, n}];
+    }
   const int m_blocks = (m + BM - 1) / BM;
   ASSERT_EQ(int(seen.size()), m_blocks * NB) << "m=" << m << " ctas=" << num_ctas;
   for (const auto& [tile, count] : seen) {
@@ -66,21 +72,25 @@ void check_normal(int m, int num_ctas) {
     ASSERT_LT(tile.first, m_blocks);
     ASSERT_LT(tile.second, NB);
   }
+  // The heuristic's tile count is the walk's (gemm_dense_tiles).
+  EXPECT_EQ(num_tiles, int(fd::gemm_dense_tiles(m, NB, BM, kWideTail))) << "m=" << m;
   // Each output row is written by exactly one tile per n-block, and with M >= BLOCK_M no tile reaches more than 3
   // rows past row M (the last row block moves up to a multiple of 4 rows; its rows before first_row belong to the
-  // block before).
+  // block before; a wide tail's 128 rows likewise).
   std::vector<int> written(size_t(m) * NB, 0);
   for (const auto& cta : visits)
     for (const auto& v : cta) {
       EXPECT_EQ(v.row_base % 4, 0);
       if (m >= BM) {
-        EXPECT_LE(v.row_base + BM, m + 3) << "m=" << m << " m_block " << v.m_block;
+        EXPECT_LE(v.row_base + v.row_limit, m + 3) << "m=" << m << " m_block " << v.m_block;
       } else {
         EXPECT_EQ(v.row_base, 0);
       }
       EXPECT_GE(v.row_base, 0);
-      for (int r = v.row_base + v.first_row; r < std::min(m, v.row_base + v.row_limit); ++r)
-        ++written[size_t(r) * NB + size_t(v.n_block)];
+      EXPECT_EQ(v.compute_rows, std::min(v.row_limit, m - v.row_base)) << "m=" << m;
+      for (int n = v.n_block; n <= v.n_block + int(v.wide); ++n)
+        for (int r = v.row_base + v.first_row; r < std::min(m, v.row_base + v.row_limit); ++r)
+          ++written[size_t(r) * NB + size_t(n)];
     }
   for (size_t i = 0; i < written.size(); ++i)
     ASSERT_EQ(written[i], 1) << "m=" << m << " row " << i / NB << " n_block " << i % NB;
@@ -108,10 +118,65 @@ TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
     for (int m : {1, 63, 64, 65, 100, 128, 129, 130, 131, 200, 1000, 4000, 4096, 4097}) {
       check_normal<64, 16, 132, 1, true>(m, ctas);
       check_normal<256, 128, 16, 1, true>(m, ctas);
+      check_normal<256, 128, 16, 1, true, true>(m, ctas);
       check_normal<128, 112, 64, 1, true>(m, ctas);
       check_normal<128, 128, 33, 1, true>(m, ctas);
     }
   }
+}
+
+TEST(Scheduler, DenseTailOfAtMostHalfATileRunsAsWideTiles) {
+  // The wide-tail kernels (256x128 tiles), M > 256 with M mod 256 in 1..128: the last row block is 128 rows moved up
+  // to end at row M, walked after the full tiles as one wide tile per pair of n-blocks (an odd n-block count leaves a
+  // narrow last one). The round robin then deals equal work: no CTA takes more than ceil(tiles / CTAs) tiles, each at
+  // most a full tile's.
+  for (int ctas : {1, 7, 128, 132}) {
+    for (int m : {257, 300, 384, 385, 511, 2049, 4097, 4100, 4160, 4224, 4225}) {
+      check_normal<256, 128, 56, 1, true, true>(m, ctas);
+      check_normal<256, 128, 15, 1, true, true>(m, ctas);
+      const auto visits = walk<fd::GemmKind::kNormal, 256, 128, 56, 1, true, true>(m, 1, nullptr, ctas);
+      const int tail = m % 256;
+      const bool wide_tail = tail > 0 && tail <= 128;
+      const int tiles = (m / 256 + (wide_tail ? 0 : 1)) * 56 + (wide_tail ? 28 : 0);
+      size_t most = 0;
+      int wide = 0;
+      for (const auto& cta : visits) {
+        most = std::max(most, cta.size());
+        for (const auto& v : cta) {
+          wide += v.wide;
+          if (v.wide) {
+            EXPECT_EQ(v.n_block % 2, 0);
+            EXPECT_EQ(v.row_base, (m - 128 + 3) / 4 * 4);
+            EXPECT_LE(v.compute_rows, 128);  // one 128-row wave per n-block
+          } else {
+            EXPECT_EQ(v.row_limit, 256) << "m=" << m;  // a full tile (or the block moved up, 129..255 rows)
+          }
+        }
+      }
+      EXPECT_EQ(wide, wide_tail ? 28 : 0) << "m=" << m;
+      EXPECT_EQ(int(most), (tiles + ctas - 1) / ctas) << "m=" << m << " ctas=" << ctas;
+    }
+  }
+  // Unpaired last n-block: a narrow 128-row tile of one wave.
+  const auto visits = walk<fd::GemmKind::kNormal, 256, 128, 15, 1, true, true>(4160, 1, nullptr, 132);
+  int narrow_tail = 0;
+  for (const auto& cta : visits)
+    for (const auto& v : cta)
+      if (v.m_block == 16) {
+        EXPECT_EQ(v.wide, v.n_block != 14);
+        narrow_tail += !v.wide;
+        EXPECT_EQ(v.compute_rows, 4160 - 4032);
+        EXPECT_EQ(v.first_row, 4096 - 4032);
+      }
+  EXPECT_EQ(narrow_tail, 1);
+  // Only 256x128 tiles, unclustered, without the tail split and without gathered K-major SA have wide tails.
+  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, false, fd::kSaMnMajor));
+  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, false, fd::kSaKMajorTma));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 1, false, fd::kSaKMajorGather));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 2, false, fd::kSaMnMajor));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 1, true, fd::kSaMnMajor));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(128, 128, 1, false, fd::kSaMnMajor));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 112, 1, false, fd::kSaMnMajor));
 }
 
 TEST(Scheduler, MulticastPairsShareTheirOperand) {

@@ -6,6 +6,7 @@
 // multicast operand: adjacent n-blocks of one m-block (multicast on A) or adjacent m-blocks of one n-block (on B).
 #pragma once
 
+#include "finegemm/device/common/gemm_layout.cuh"
 #include "finegemm/device/common/types.cuh"
 
 // Width of the rasterization bands in n-blocks (-DFG_RASTER_BAND=N through FINEGEMM_JIT_DEFINES measures others).
@@ -42,7 +43,7 @@ struct Tile {
 /// tiles, so the CTAs running together read the same K range of A and B (session 8's stream-K, whose CTAs each
 /// started at their own K offset, lost 5-34% on an H100; docs/performance.md).
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, int kClusterSize, bool kMulticastOnA,
-          bool kTailSplit = false, int kRasterBand = FG_RASTER_BAND>
+          bool kTailSplit = false, bool kWideTail = false, int kRasterBand = FG_RASTER_BAND>
 struct TileScheduler {
   static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
   static_assert(!kTailSplit || (kKind == GemmKind::kNormal && kClusterSize == 1), "tail split: dense, unclustered");
@@ -65,6 +66,14 @@ struct TileScheduler {
   /// docs/performance-log.md, session 14): with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles.
   /// Measured on an H100 (session 15): the two K=7168 contiguous seed draws 0.5-0.7% faster (1% predicted).
   static constexpr bool kTailHalves = kWideHalves && kNumNBlocks % 2 == 0;
+  /// kWideTail (dense 256x128 tiles, gemm_dense_wide_tail): with M > 256 and M mod 256 in 1..128, the last row block
+  /// is 128 rows moved up to end at row M, walked after all full tiles as wide tiles over n-blocks 2p and 2p + 1 (an
+  /// unpaired last n-block alone). Each holds a full tile's work, so the round robin stays even.
+  static constexpr bool kDenseWideTail = kWideTail;
+  static_assert(!kWideTail || (kKind == GemmKind::kNormal && BLOCK_M == 256 && BLOCK_N == 128 && kClusterSize == 1 &&
+                               !kTailSplit),
+                "wide tails: dense 256x128 tiles, unclustered, no tail split");
+  static constexpr bool kWideTiles = kWideHalves || kDenseWideTail;
 
   /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
   /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
@@ -222,9 +231,12 @@ struct TileScheduler {
   /// `tail_half`: kTailHalves, which half of a last-round tile the candidate is (-1: the whole tile).
   FG_HOST_DEVICE bool take_candidate(Tile& tile, bool& second_pass, int32_t& tail_half) {
     const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
+    // kDenseWideTail: full row blocks first (rasterized), then the last block's wide tiles.
+    const bool wide_tail = kDenseWideTail && has_wide_tail(num_rows);
+    const int32_t full_tiles = (wide_tail ? num_m_blocks - 1 : num_m_blocks) * kNumNBlocks;
     // Contiguous 256-row tiles add a second pass over the blocks: all n-blocks, or with wide halves only an unpaired
     // last one.
-    const int32_t first_pass_tiles = num_m_blocks * kNumNBlocks;
+    const int32_t first_pass_tiles = wide_tail ? full_tiles + (kNumNBlocks + 1) / 2 : full_tiles;
     const int32_t halved_tiles = kTailHalves ? halved_last_round(first_pass_tiles) : 0;
     const int32_t num_tiles = !kContiguousHalves ? first_pass_tiles
                               : kWideHalves ? first_pass_tiles + halved_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
@@ -263,11 +275,28 @@ struct TileScheduler {
       }
     }
     second_pass = kContiguousHalves && t >= first_pass_tiles;
+    tile.group = 0;
+    tile.check_rows = false;
+    tile.wide = false;
+    if (kDenseWideTail && wide_tail && t >= full_tiles) {
+      // The last block's rows, moved up to end at row M (rounded up to a multiple of 4 rows as below; rows before
+      // first_row are the block before's), times n-blocks 2p and 2p + 1.
+      const int32_t pair = t - full_tiles;
+      tile.m_block = num_m_blocks - 1;
+      tile.n_block = 2 * pair;
+      tile.wide = tile.n_block + 1 < kNumNBlocks;
+      tile.row_base = align_up(num_rows - BLOCK_M / 2, 4);
+      tile.row_limit = BLOCK_M / 2;
+      tile.first_row = tile.m_block * BLOCK_M - tile.row_base;
+      tile.compute_rows = num_rows - tile.row_base;
+      return true;
+    }
     if (kWideHalves && second_pass) {
       tile.m_block = t - first_pass_tiles;
       tile.n_block = kNumNBlocks - 1;
     } else {
-      rasterize(second_pass ? t - first_pass_tiles : t, num_m_blocks, tile.m_block, tile.n_block);
+      rasterize(second_pass ? t - first_pass_tiles : t, wide_tail ? num_m_blocks - 1 : num_m_blocks, tile.m_block,
+                tile.n_block);
     }
     tile.row_base = tile.m_block * BLOCK_M;
     tile.row_limit = BLOCK_M;
@@ -284,10 +313,13 @@ struct TileScheduler {
       }
     }
     tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
-    tile.group = 0;
-    tile.check_rows = false;
-    tile.wide = false;
     return true;
+  }
+
+  /// kDenseWideTail: whether `rows` (M) ends in a last row block of at most half a tile (and is not that block alone).
+  static FG_HOST_DEVICE bool has_wide_tail(int32_t rows) {
+    const int32_t tail_rows = rows % BLOCK_M;
+    return rows > BLOCK_M && tail_rows > 0 && tail_rows <= BLOCK_M / 2;
   }
 
   /// Contiguous layout: fills group, rows and check_rows of the tile from its probe; false: nothing to compute.

@@ -116,8 +116,33 @@ FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_
 /// make such tiles. With only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one (H100:
 /// 8 experts of 4224 rows, 4 such blocks in 132, 1.2% faster with the half box). Loading every tile as two 128-row boxes
 /// instead made full tiles ~1% slower (docs/performance-log.md, session 13).
-FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, uint32_t a_split) {
-  return grouped && block_m == 256 && a_split == 1;
+/// Dense kernels with gemm_dense_wide_tail have one too, for their last row block.
+FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, uint32_t a_split,
+                                                  bool dense_wide_tail) {
+  return block_m == 256 && a_split == 1 && (grouped || dense_wide_tail);
+}
+
+/// Whether a dense kernel may run a last row block of at most 128 rows (M > 256, M mod 256 in 1..128) as wide tiles:
+/// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's kWideTail, TileScheduler's
+/// kDenseWideTail). Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its
+/// rows, which can take one more round of tiles than M rounded down (H100, session 39: 4160x7168x16384 756.8 us against
+/// 674.4 at M=4096; 694.9 with wide tiles). 256x128 tiles, unclustered, without the tail split: the tiles of the contiguous layout's wide
+/// halves. Not with K-major SA gathered by the scale warp: ptxas then spilled the tile walk's position (N=7168,
+/// K=16384). A separate instantiation, which the heuristic picks only where it saves a round (KernelConfig::wide_tail).
+FG_HOST_DEVICE constexpr bool gemm_dense_wide_tail(uint32_t block_m, uint32_t block_n, uint32_t cluster_size,
+                                                   bool tail_split, uint32_t sa_mode) {
+  return block_m == 256 && block_n == 128 && cluster_size == 1 && !tail_split && sa_mode != kSaKMajorGather;
+}
+
+/// Tiles of a dense GEMM of `rows` rows and `n_blocks` n-blocks: full row blocks times the n-blocks, and with a wide
+/// tail (gemm_dense_wide_tail and a last block of at most half a tile) one tile per pair of n-blocks for the last
+/// block (an unpaired last n-block: a narrow one).
+FG_HOST_DEVICE constexpr int64_t gemm_dense_tiles(int64_t rows, int64_t n_blocks, uint32_t block_m, bool wide_tail) {
+  const int64_t tail_rows = rows % block_m;
+  const int64_t full = rows / block_m;
+  if (wide_tail && rows > block_m && tail_rows > 0 && tail_rows <= block_m / 2)
+    return full * n_blocks + (n_blocks + 1) / 2;
+  return (full + (tail_rows > 0 ? 1 : 0)) * n_blocks;
 }
 
 /// Pieces a tile of a tail-split GEMM may be cut into (the host picks 2..kMaxTailPieces).

@@ -136,7 +136,8 @@ struct PipelineState {
 };
 
 template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages,
-          uint32_t kClusterSize, bool kMulticastOnA, uint32_t kSaMode, uint32_t kSplitK = 1, bool kTailSplit = false>
+          uint32_t kClusterSize, bool kMulticastOnA, uint32_t kSaMode, uint32_t kSplitK = 1, bool kTailSplit = false,
+          bool kWideTail = false>
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
@@ -157,6 +158,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                 gemm_k_depth(BLOCK_M, BLOCK_N) == 1 && ceil_div(K, kBlockK) >= 2 * kMaxTailPieces),
                 "tail split: dense GEMMs, unclustered, one accumulator per warpgroup, at least 2 K blocks per piece");
   static_assert(kSaMode <= kSaKMajorTma, "SA read as GemmSaMode says");
+  static_assert(!kWideTail || (kKind == int(GemmKind::kNormal) && kSplitK == 1 &&
+                               gemm_dense_wide_tail(BLOCK_M, BLOCK_N, kClusterSize, kTailSplit, kSaMode)),
+                "wide tails: dense 256x128 kernels as gemm_dense_wide_tail says");
   static_assert(GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode>::kLaunchBytes ==
                     gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode),
                 "host and device agree on the shared-memory footprint");
@@ -193,8 +197,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // bytes (arrive.expect_tx) before its loads.
   constexpr bool kSeparateBIssuer = !FG_EXPERIMENT_ONE_TMA_THREAD && !FG_EXPERIMENT_NO_LOADS;
   constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4);
-  // Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box).
-  constexpr bool kAHalfBox = gemm_has_a_half_box(kGemmKind != GemmKind::kNormal, BLOCK_M, kASplit);
+  // Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box; dense: the wide tail's).
+  constexpr bool kAHalfBox = gemm_has_a_half_box(kGemmKind != GemmKind::kNormal, BLOCK_M, kASplit, kWideTail);
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   // The TMA issuers (with their bytes) and the scale warp's lanes; with gathered SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
@@ -220,11 +224,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kLocalReleaseArrivals = kSaGather || kEveryThreadReadsSb ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
-      TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA, kTailSplit>;
+      TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kMulticast ? 2 : 1, kMulticastOnA, kTailSplit, kWideTail>;
   // Contiguous 256-row kernels run a half (at most 128 rows) as a wide tile over two n-blocks (Tile::wide): A through
   // the 128-row box into the first half of the A stage, the second n-block's B into the other half. Its wave 1 is
-  // the same rows times that B, with the second SB block's scale, stored 128 columns to the right.
-  constexpr bool kWideTiles = Scheduler::kWideHalves;
+  // the same rows times that B, with the second SB block's scale, stored 128 columns to the right. Dense 256x128
+  // kernels with kWideTail run a last row block of at most 128 rows so (Scheduler::kDenseWideTail).
+  constexpr bool kWideTiles = Scheduler::kWideTiles;
   static_assert(!kWideTiles || (kAHalfBox && BLOCK_N == 128 && kWaveRows == BLOCK_M / 2 &&
                                 Layout::kABytesPerStage == 2 * Layout::kBBytesPerStage),
                 "a wide tile's second B tile fills the A stage's second half");
