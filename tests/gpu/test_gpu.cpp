@@ -765,12 +765,14 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // The reduced set the sanitizer script runs: one small and two larger dense cases (1024x4096x1024 runs two
   // tiles per CTA through the 128-row ping-pong path and the overlapped epilogue), one split-K case (63x576x7168:
   // two CTAs of a cluster, partial sums through distributed shared memory), one with B loaded two stages per wait
-  // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one contiguous, one masked. The dense wide
-  // tail has a case of its own (SanitizerWideTail).
+  // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one with 128x192 half batches (769x3072x768:
+  // 6 K blocks, SB read by every math thread), one contiguous, one masked. The dense wide tail has a case of its own
+  // (SanitizerWideTail).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
                                      shape(GemmKind::kNormal, 1, 129, 7232, 1408),
+                                     shape(GemmKind::kNormal, 1, 769, 3072, 768),
                                      shape(GemmKind::kGroupedContiguous, 3, 100, 576, 256),
                                      shape(GemmKind::kGroupedMasked, 3, 130, 576, 256)};
   int i = 0;

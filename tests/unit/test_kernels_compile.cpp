@@ -374,6 +374,10 @@ TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
   // per K block, 4% slower than dense (docs/performance-log.md, session 13). Each grouped K loop must stay within a few
   // instructions of the dense one with as many wgmmas. The 256-row kernels have a K loop per wave count (a tile of at
   // most 128 rows runs one wave): tested at run time, the wave count cost up to 34 instructions a K block (session 38).
+  // With half batches (128x192) the dense kernel reads SB by every thread and the grouped ones by lane 0 and a
+  // shuffle (each measured faster so, session 39), which costs 8 instructions a K block (the dense loop: 165 with lane
+  // 0, 157 without): allowed on top for that tile.
+  constexpr size_t kLane0SbInstructions = 8;
   const std::vector<std::pair<int, int>> tiles = {{128, 192}, {256, 128}};
   std::vector<std::string> names;
   for (const auto& [bm, bn] : tiles)
@@ -393,7 +397,8 @@ TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
           g == 0 ? dense : k_loops_by_wgmmas(finegemm::test::disassemble(binaries[t * 3 + g]->cubin, nvdisasm));
       for (size_t count : expected_counts) {
         ASSERT_EQ(loops.count(count), 1u) << names[t * 3 + g] << ": no K loop of " << count << " wgmmas";
-        EXPECT_LE(loops.at(count), dense.at(count) + 6)
+        const size_t sb_read = g > 0 && tiles[t].first == 128 ? kLane0SbInstructions : 0;
+        EXPECT_LE(loops.at(count), dense.at(count) + 6 + sb_read)
             << names[t * 3 + g] << ", " << count << " wgmmas (dense: " << dense.at(count) << ")";
       }
     }

@@ -212,15 +212,18 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                                      (kSaGather ? 32 : 0);
   // A stage is released by every thread that read it with ordinary loads, so that each read happens before the scale
   // warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot see it).
-  // SB: in dense and contiguous kernels with whole batches every math thread reads it (a broadcast load) before its
-  // turn; read by lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain from
-  // one batch to the next (docs/performance-log.md, session 23: dense; session 37: contiguous, 2% at 256x128). Masked
-  // kernels: the same time either way at 256x128 (where the broadcast keeps the K loop the dense one's, 195 against 217
-  // instructions), 1.4% slower with it at 128x160 (session 38). Gathered SA is read by every math thread; A and B are
+  // SB: in dense kernels and in contiguous ones with whole batches every math thread reads it (a broadcast load) before
+  // its turn; read by lane 0 after the issue and shuffled, as the other kernels still do, those loads sat in the chain
+  // from one batch to the next (docs/performance-log.md, session 23: dense; session 37: contiguous, 2% at 256x128).
+  // With half batches (128x192) the broadcast took 4096x2112x7168 from 89.5, 89.3 to 88.4, 88.5 us and left
+  // 128x24576x1536 at 19.8, but made contiguous K=2048 0.3-2.8% slower (session 39). Masked kernels: the same time
+  // either way at 256x128 (where the broadcast keeps the K loop the dense one's, 195 against 217 instructions), 1.4%
+  // slower with it at 128x160 (session 38). Gathered SA is read by every math thread; A and B are
   // read by the async proxy (wgmma), and they and SA otherwise are written by TMA. The peer CTA of a cluster gets one
   // arrive per warp.
   constexpr bool kEveryThreadReadsSb =
-      gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1 && (kGemmKind != GemmKind::kGroupedMasked || kNumWaves == 2);
+      (gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1 || kGemmKind == GemmKind::kNormal) &&
+      (kGemmKind != GemmKind::kGroupedMasked || kNumWaves == 2);
   constexpr uint32_t kLocalReleaseArrivals = kSaGather || kEveryThreadReadsSb ? kNumMathThreads : kNumMathWarps;
   constexpr uint32_t kEmptyArrivals = kLocalReleaseArrivals + (kMulticast ? kNumMathWarps : 0);
   using Scheduler =
