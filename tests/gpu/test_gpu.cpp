@@ -182,7 +182,7 @@ TEST_F(Gpu, DenseAwkwardShapes) {
 // (KernelConfig::wide_tail). Cases: a 61-row tail with M not a multiple of 4 (the moved-up rows reach 3 past M), a
 // 4-row tail, a 128-row tail with a partial last n-block inside a wide tile and a partial last K block, and an odd
 // n-block count (the last tail tile narrow, one wave); on 132 SMs each picks the wide-tail kernel with MN-major SA and
-// with K-major SA by TMA boxes (K-major SA gathered, K <= 2048 or K not a multiple of 512, keeps the plain kernels).
+// with K-major SA by TMA boxes (K-major SA gathered, K below 4096 or not a multiple of 512, keeps the plain kernels).
 TEST_F(Gpu, DenseTailAsWideTiles) {
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 4157, 7168, 2048),
                                      shape(GemmKind::kNormal, 1, 4100, 4096, 7168),
