@@ -125,10 +125,11 @@ FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m
 /// Whether a dense kernel may run a last row block of at most 128 rows (M > 256, M mod 256 in 1..128) as wide tiles:
 /// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's kWideTail, TileScheduler's
 /// kDenseWideTail). Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its
-/// rows, which can take one more round of tiles than M rounded down (H100, session 39: 4160x7168x16384 756.8 us against
-/// 674.4 at M=4096; 694.9 with wide tiles). 256x128 tiles, unclustered, without the tail split: the tiles of the contiguous layout's wide
-/// halves. Not with K-major SA gathered by the scale warp: ptxas then spilled the tile walk's position (N=7168,
-/// K=16384). A separate instantiation, which the heuristic picks only where it saves a round (KernelConfig::wide_tail).
+/// rows, which can take one more round of tiles than M rounded down (H100, session 39: 4160x7168x16384 756.8 us
+/// against 674.4 at M=4096; 694.9 with wide tiles). 256x128 tiles, unclustered, without the tail split: the tiles of
+/// the contiguous layout's wide halves. Not with K-major SA gathered by the scale warp: ptxas then spilled the tile
+/// walk's position (N=7168, K=16384). A separate instantiation, which the heuristic picks only where it saves a round
+/// (KernelConfig::wide_tail).
 FG_HOST_DEVICE constexpr bool gemm_dense_wide_tail(uint32_t block_m, uint32_t block_n, uint32_t cluster_size,
                                                    bool tail_split, uint32_t sa_mode) {
   return block_m == 256 && block_n == 128 && cluster_size == 1 && !tail_split && sa_mode != kSaKMajorGather;
