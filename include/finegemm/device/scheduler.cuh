@@ -69,11 +69,10 @@ struct TileScheduler {
   /// kWideTail (dense 256x128 tiles, gemm_dense_wide_tail): with M > 256 and M mod 256 in 1..128, the last row block
   /// is 128 rows moved up to end at row M, walked after all full tiles as wide tiles over n-blocks 2p and 2p + 1 (an
   /// unpaired last n-block alone). Each holds a full tile's work, so the round robin stays even.
-  static constexpr bool kDenseWideTail = kWideTail;
   static_assert(!kWideTail || (kKind == GemmKind::kNormal && BLOCK_M == 256 && BLOCK_N == 128 && kClusterSize == 1 &&
                                !kTailSplit),
                 "wide tails: dense 256x128 tiles, unclustered, no tail split");
-  static constexpr bool kWideTiles = kWideHalves || kDenseWideTail;
+  static constexpr bool kWideTiles = kWideHalves || kWideTail;
 
   /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
   /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
@@ -231,8 +230,8 @@ struct TileScheduler {
   /// `tail_half`: kTailHalves, which half of a last-round tile the candidate is (-1: the whole tile).
   FG_HOST_DEVICE bool take_candidate(Tile& tile, bool& second_pass, int32_t& tail_half) {
     const int32_t num_m_blocks = ceil_div(num_rows, BLOCK_M);
-    // kDenseWideTail: full row blocks first (rasterized), then the last block's wide tiles.
-    const bool wide_tail = kDenseWideTail && has_wide_tail(num_rows);
+    // kWideTail: full row blocks first (rasterized), then the last block's wide tiles.
+    const bool wide_tail = kWideTail && gemm_has_short_last_block<int32_t>(num_rows, BLOCK_M);
     const int32_t full_tiles = (wide_tail ? num_m_blocks - 1 : num_m_blocks) * kNumNBlocks;
     // Contiguous 256-row tiles add a second pass over the blocks: all n-blocks, or with wide halves only an unpaired
     // last one.
@@ -278,7 +277,7 @@ struct TileScheduler {
     tile.group = 0;
     tile.check_rows = false;
     tile.wide = false;
-    if (kDenseWideTail && wide_tail && t >= full_tiles) {
+    if (kWideTail && wide_tail && t >= full_tiles) {
       // The last block's rows, moved up to end at row M (rounded up to a multiple of 4 rows as below; rows before
       // first_row are the block before's), times n-blocks 2p and 2p + 1.
       const int32_t pair = t - full_tiles;
@@ -314,12 +313,6 @@ struct TileScheduler {
     }
     tile.compute_rows = min_of(BLOCK_M, num_rows - tile.row_base);
     return true;
-  }
-
-  /// kDenseWideTail: whether `rows` (M) ends in a last row block of at most half a tile (and is not that block alone).
-  static FG_HOST_DEVICE bool has_wide_tail(int32_t rows) {
-    const int32_t tail_rows = rows % BLOCK_M;
-    return rows > BLOCK_M && tail_rows > 0 && tail_rows <= BLOCK_M / 2;
   }
 
   /// Contiguous layout: fills group, rows and check_rows of the tile from its probe; false: nothing to compute.

@@ -123,8 +123,7 @@ FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m
 }
 
 /// Whether a dense kernel may run a last row block of at most 128 rows (M > 256, M mod 256 in 1..128) as wide tiles:
-/// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's kWideTail, TileScheduler's
-/// kDenseWideTail). Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its
+/// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's and TileScheduler's kWideTail). Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its
 /// rows, which can take one more round of tiles than M rounded down (H100, session 39: 4160x7168x16384 756.8 us
 /// against 674.4 at M=4096; 694.9 with wide tiles). 256x128 tiles, unclustered, without the tail split: the tiles of
 /// the contiguous layout's wide halves. Not with K-major SA gathered by the scale warp: ptxas then spilled the tile
@@ -135,15 +134,21 @@ FG_HOST_DEVICE constexpr bool gemm_dense_wide_tail(uint32_t block_m, uint32_t bl
   return block_m == 256 && block_n == 128 && cluster_size == 1 && !tail_split && sa_mode != kSaKMajorGather;
 }
 
+/// Whether `rows` (M) ends in a last row block of at most half a tile and is not that block alone: the block a wide
+/// tail runs as wide tiles.
+/// (Any signed integer type: the scheduler's walk does this in 32 bits.)
+template <class Int>
+FG_HOST_DEVICE constexpr bool gemm_has_short_last_block(Int rows, Int block_m) {
+  return rows > block_m && rows % block_m != 0 && rows % block_m <= block_m / 2;
+}
+
 /// Tiles of a dense GEMM of `rows` rows and `n_blocks` n-blocks: full row blocks times the n-blocks, and with a wide
-/// tail (gemm_dense_wide_tail and a last block of at most half a tile) one tile per pair of n-blocks for the last
-/// block (an unpaired last n-block: a narrow one).
+/// tail (gemm_dense_wide_tail and gemm_has_short_last_block) one tile per pair of n-blocks for the last block (an
+/// unpaired last n-block: a narrow one).
 FG_HOST_DEVICE constexpr int64_t gemm_dense_tiles(int64_t rows, int64_t n_blocks, uint32_t block_m, bool wide_tail) {
-  const int64_t tail_rows = rows % block_m;
   const int64_t full = rows / block_m;
-  if (wide_tail && rows > block_m && tail_rows > 0 && tail_rows <= block_m / 2)
-    return full * n_blocks + (n_blocks + 1) / 2;
-  return (full + (tail_rows > 0 ? 1 : 0)) * n_blocks;
+  if (wide_tail && gemm_has_short_last_block<int64_t>(rows, block_m)) return full * n_blocks + (n_blocks + 1) / 2;
+  return (full + (rows % block_m != 0 ? 1 : 0)) * n_blocks;
 }
 
 /// Pieces a tile of a tail-split GEMM may be cut into (the host picks 2..kMaxTailPieces).

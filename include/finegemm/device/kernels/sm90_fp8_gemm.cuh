@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // Contiguous 256-row kernels run a half (at most 128 rows) as a wide tile over two n-blocks (Tile::wide): A through
   // the 128-row box into the first half of the A stage, the second n-block's B into the other half. Its wave 1 is
   // the same rows times that B, with the second SB block's scale, stored 128 columns to the right. Dense 256x128
-  // kernels with kWideTail run a last row block of at most 128 rows so (Scheduler::kDenseWideTail).
+  // kernels with kWideTail run a last row block of at most 128 rows so (TileScheduler's kWideTail).
   constexpr bool kWideTiles = Scheduler::kWideTiles;
   static_assert(!kWideTiles || (kAHalfBox && BLOCK_N == 128 && kWaveRows == BLOCK_M / 2 &&
                                 Layout::kABytesPerStage == 2 * Layout::kBBytesPerStage),
