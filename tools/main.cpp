@@ -19,6 +19,7 @@
 
 #include "finegemm/finegemm.hpp"
 #include "jit/runtime.hpp"
+#include "lib/ceiling.hpp"
 #include "lib/cublaslt_baseline.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
@@ -76,8 +77,10 @@ int usage() {
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
       "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--power SECONDS]\n"
+      "          [--ceiling]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
-      "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes\n"
+      "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes;\n"
+      "          --ceiling: also each shape's hardware floor (its bytes moved alone, its wgmmas issued alone)\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
       "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
       "          output element (the checker must fail); --cpu checks the checker without a GPU\n"
@@ -116,6 +119,59 @@ const char* kind_name(fg::GemmKind k) {
 
 // ---- bench ---------------------------------------------------------------------------------------------------------
 
+/// `bench --ceiling`: one line per shape under its row, then what the issues' targets would read if every call ran
+/// at its floor.
+class CeilingSummary {
+ public:
+  void add(const ft::ProblemShape& s, const ft::Ceiling& c, double flops, double ours_us, double cublas_us,
+           double best_tflops, double copy_gbps) {
+    const double floor_tflops = flops / (c.us() * 1e-6) / 1e12;
+    const double stream_gbps = (c.read_bytes + c.write_bytes) / (c.stream_us * 1e-6) / 1e9;
+    std::printf("  ceiling: bytes %.1f MB read + %.1f MB written in %.1f us (%.0f GB/s, %.0f%% of copy; %s) | "
+                "tensor %.1f us (%s, %.0f TFLOPS; %.0f MHz, pipe %.0f%% busy) | floor %.1f us, %.0f TFLOPS (%s) | "
+                "finegemm at %.0f%% of it",
+                c.read_bytes / 1e6, c.write_bytes / 1e6, c.stream_us, stream_gbps, 100.0 * stream_gbps / copy_gbps,
+                c.stream_variant.c_str(), c.tensor_us, c.tensor_variant.c_str(), flops / (c.tensor_us * 1e-6) / 1e12,
+                c.tensor_clock_mhz, 100.0 * c.tensor_busy, c.us(), floor_tflops, c.bound(), 100.0 * c.us() / ours_us);
+    const bool dense = s.kind == fg::GemmKind::kNormal;
+    if (cublas_us > 0) {
+      std::printf(" | x cuBLT at the floor %.2f", cublas_us / c.us());
+      if (dense) log_cublas_ += std::log(cublas_us / c.us()), ++n_cublas_;
+    }
+    if (best_tflops > 0) {
+      const double x_best = floor_tflops / best_tflops;
+      std::printf(" | x best at the floor %.2f", x_best);
+      ++n_best_;
+      below_best_ += x_best < 1.0;
+      if (dense) log_best_ += std::log(x_best), ++n_best_dense_;
+    }
+    if (dense && s.m <= 128) {
+      ++n_small_;
+      below_85_ += 100.0 * stream_gbps / copy_gbps < 85.0;
+    }
+    std::printf("\n");
+  }
+
+  void print(const std::string& flush) const {
+    std::printf("\nat the floor (every call as fast as its bytes alone or its wgmmas alone, L2 %s):\n",
+                flush == "none" ? "not flushed" : flush == "read" ? "read-flushed" : "memset-flushed");
+    if (n_cublas_ > 0)
+      std::printf("  dense geomean x cuBLASLt at the floor: %.3f over %d shapes\n", std::exp(log_cublas_ / n_cublas_),
+                  n_cublas_);
+    if (n_best_dense_ > 0)
+      std::printf("  dense geomean x best anchor at the floor: %.3f over %d shapes\n",
+                  std::exp(log_best_ / n_best_dense_), n_best_dense_);
+    if (n_best_ > 0) std::printf("  shapes whose floor is below the best anchor: %d of %d\n", below_best_, n_best_);
+    if (n_small_ > 0)
+      std::printf("  dense M <= 128 shapes whose bytes alone move below 85%% of the copy bandwidth: %d of %d\n",
+                  below_85_, n_small_);
+  }
+
+ private:
+  double log_cublas_ = 0, log_best_ = 0;
+  int n_cublas_ = 0, n_best_ = 0, n_best_dense_ = 0, below_best_ = 0, n_small_ = 0, below_85_ = 0;
+};
+
 int cmd_bench(const Args& args) {
   if (!hopper_or_explain()) return 0;
   const std::string shape_file = args.get("shapes", ft::find_data_file("data/shapes/deepseek_v3.csv"));
@@ -133,6 +189,8 @@ int cmd_bench(const Args& args) {
   anchors.load_grouped(ft::find_data_file("data/anchors/h100_grouped.csv"));
   const int iters = int(args.get_int("iters", 30));
   const bool sass_ab = args.has("sass-ab");
+  // --ceiling: after each row, the shape's floor (tools/lib/ceiling.hpp) and what each library's time is of it.
+  const bool with_ceiling = args.has("ceiling");
   cudaStream_t stream;
   FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const std::string flush = args.get("flush", "memset");
@@ -271,6 +329,9 @@ int cmd_bench(const Args& args) {
   double log_sustained = 0, log_deepgemm = 0;
   int n_sustained = 0, n_deepgemm = 0, behind_deepgemm = 0;
   std::vector<std::string> sass_rows;
+  std::unique_ptr<ft::CeilingKernels> ceiling_kernels;
+  if (with_ceiling) ceiling_kernels = std::make_unique<ft::CeilingKernels>();
+  CeilingSummary ceiling_summary;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const ft::ProblemShape& s = shapes[i];
     ft::ProblemOptions opt;
@@ -364,6 +425,10 @@ int cmd_bench(const Args& args) {
       std::printf("\n");
     }
     if (loop_clocks) print_loop_clocks();
+    if (with_ceiling) {
+      const ft::Ceiling c = ceiling_kernels->measure(problem, stream, iters, flush_l2, &flusher, time_source);
+      ceiling_summary.add(s, c, problem.flops(), t.median_us, cublas_us, best, copy_gbps);
+    }
     std::fflush(stdout);
     if (sass_ab) {
       fg::jit::Runtime::instance().set_sass_pass_enabled(true);
@@ -396,6 +461,7 @@ int cmd_bench(const Args& args) {
                 n_sustained);
   std::printf("geomean x best anchor: %.3f over %d shapes (dense %.3f over %d)\n", n_best ? std::exp(log_best / n_best) : 0.0,
               n_best, n_best_normal ? std::exp(log_best_normal / n_best_normal) : 0.0, n_best_normal);
+  if (with_ceiling) ceiling_summary.print(flush);
   if (!sass_rows.empty()) {
     std::printf("\nSASS FFMA interleave pass, A/B (median of %d, L2 flushed, %s):\n", iters,
                 kernel_time ? "kernel time" : "event time");

@@ -79,6 +79,55 @@ TEST(Jit, ReadFlushKernelBuildsWithWideIndependentLoads) {
   EXPECT_GE(loads, 4u) << sass;
 }
 
+// The floor kernels of `finegemm bench --ceiling` (kernels/ceiling.cuh): NVRTC builds them for sm_90a without
+// spills; the stream kernel moves 16-byte pieces, eight loads issued before their results are used; the tensor
+// kernel's loop is batches of four fp8 wgmmas of its N, one batch left in flight, and nothing from global memory.
+TEST(Jit, CeilingKernelsBuildAsTheirTimesAssume) {
+  fj::Runtime runtime(options_with_cache(""));
+  const std::string nvdisasm = finegemm::test::find_nvdisasm();
+  const auto stream = runtime.binary({"finegemm/device/kernels/ceiling.cuh",
+                                      "finegemm::device::stream_ceiling_kernel<8u>",
+                                      "(const uint4*, uint64_t, uint4*, uint64_t, uint32_t*)", false});
+  ASSERT_TRUE(stream->compiled);
+  EXPECT_EQ(fj::spill_bytes_from_log(stream->log), 0) << stream->log;
+  if (!nvdisasm.empty()) {
+    const std::string sass = finegemm::test::disassemble(stream->cubin, nvdisasm);
+    // 16-byte loads that skip L1, all eight issued before the first XOR of their data (a three-input LOP3).
+    const std::string load = "LDG.E.NA.128";
+    size_t loads = 0, stores = 0;
+    for (size_t at = sass.find(load); at != std::string::npos; at = sass.find(load, at + 1)) ++loads;
+    for (size_t at = sass.find("STG.E.128"); at != std::string::npos; at = sass.find("STG.E.128", at + 1)) ++stores;
+    EXPECT_EQ(loads, 8u) << sass;
+    EXPECT_EQ(stores, 8u) << sass;
+    EXPECT_LT(sass.rfind(load), sass.find("0x96, !PT")) << sass;
+  }
+  for (const char* n : {"256", "128"}) {
+    const auto tensor = runtime.binary({"finegemm/device/kernels/ceiling.cuh",
+                                        std::string("finegemm::device::tensor_ceiling_kernel<") + n + "u>",
+                                        "(const uint8_t*, uint32_t, const uint8_t*, uint32_t, uint32_t, uint64_t, "
+                                        "uint32_t*)",
+                                        false});
+    ASSERT_TRUE(tensor->compiled) << n;
+    EXPECT_EQ(fj::spill_bytes_from_log(tensor->log), 0) << tensor->log;
+    // A wait after every wgmma (ptxas C75xx "serialized") would time the wgmmas' latency, not their throughput.
+    EXPECT_EQ(tensor->log.find("serialized"), std::string::npos) << n << "\n" << tensor->log;
+    if (nvdisasm.empty()) continue;
+    const std::string sass = finegemm::test::disassemble(tensor->cubin, nvdisasm);
+    const std::string wgmma = std::string("QGMMA.64x") + n + "x32.F32.E4M3.E4M3";
+    size_t wgmmas = 0, waits = 0;
+    for (size_t at = sass.find(wgmma); at != std::string::npos; at = sass.find(wgmma, at + 1)) ++wgmmas;
+    for (size_t at = sass.find("WARPGROUP.DEPBAR"); at != std::string::npos; at = sass.find("WARPGROUP.DEPBAR", at + 1))
+      ++waits;
+    // Batches of four (the loop unrolled or not), each waited with one batch still in flight, plus the last wait.
+    EXPECT_TRUE(wgmmas >= 4 && wgmmas % 4 == 0) << n << ": " << wgmmas << " wgmmas\n" << sass;
+    EXPECT_EQ(waits, wgmmas / 4 + 1) << n << "\n" << sass;
+    EXPECT_NE(sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1"), std::string::npos) << n << "\n" << sass;
+    // Global memory only before the loop (the operands) and after it (two words per warpgroup).
+    EXPECT_LT(sass.rfind("LDG"), sass.find(wgmma)) << sass;
+  }
+  if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+}
+
 TEST(Jit, MissCompilesHitLoadsCorruptRebuilds) {
   const fs::path dir = make_temp_dir();
   {

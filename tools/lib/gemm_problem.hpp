@@ -62,6 +62,8 @@ class GemmProblem {
 
   /// Bytes a kernel must move at least: A and B (fp8, valid rows / used groups), D (bf16) and scales.
   double min_bytes() const;
+  /// The part of min_bytes() that is written: D (bf16, valid rows).
+  double min_write_bytes() const { return 2.0 * double(valid_rows()) * double(shape_.n); }
   double flops() const { return 2.0 * double(valid_rows()) * double(shape_.n) * double(shape_.k); }
 
   // Device data (public for the cuBLASLt baseline and tests).

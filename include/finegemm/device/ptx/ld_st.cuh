@@ -76,6 +76,15 @@ FG_DEVICE void ld_shared_v4_b32(const void* ptr, uint32_t (&v)[4]) {
                : "r"(smem_addr(ptr)));
 }
 
+/// 16 bytes from global memory through the non-coherent path, not kept in L1 (data read once; only for data that
+/// nothing writes while the kernel runs, see ld_global_f32). Volatile: a run of them stays in program order, ahead
+/// of the uses of their data.
+FG_DEVICE void ld_global_nc_na_v4_b32(const void* ptr, uint32_t (&v)[4]) {
+  asm volatile("ld.global.nc.L1::no_allocate.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "l"(ptr));
+}
+
 FG_DEVICE void st_global_v4_b32(void* ptr, const uint32_t (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");
