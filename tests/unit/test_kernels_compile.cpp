@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "finegemm/device/common/gemm_layout.cuh"
 #include "finegemm/finegemm.hpp"
 #include "heuristics/heuristics.hpp"
 #include "jit/compiler.hpp"
@@ -323,6 +325,51 @@ TEST(KernelsCompile, OddEighthBlockNsCompileWithoutSpills) {
     EXPECT_NE(sass.find("STSM.16.M88.2"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  });
+}
+
+// The producer warpgroup's registers after setmaxnreg (gemm_producer_registers): 40 left it short in the grouped
+// layouts and with the gathered SA at BLOCK_M 128, where ptxas spilled 1-21 words (contiguous 128x64 at K=2048;
+// dense gathered 128x112, 128x144 and 128x192 at K=16384; session 40). Those kernels split 224 / 56 and write no
+// local memory; the 256x128 and contiguous 128x192 kernels keep 232 / 40.
+TEST(KernelsCompile, ProducersOfGroupedAndGatheredKernelsDoNotSpill) {
+  auto with_sa = [](GemmKind kind, int block_m, int block_n, int64_t k, int stages, uint32_t sa_mode) {
+    finegemm::heuristics::KernelConfig c;
+    c.kind = kind;
+    c.n = 7168;
+    c.k = k;
+    c.block_m = block_m;
+    c.block_n = block_n;
+    c.num_stages = stages;
+    c.cluster_size = 1;
+    c.multicast_on_a = true;
+    c.sa_mode = sa_mode;
+    return c.kernel_function();
+  };
+  namespace fd = finegemm::device;
+  struct Case {
+    std::string name;
+    uint32_t math, producer;
+  };
+  const std::vector<Case> cases = {
+      {with_sa(GemmKind::kGroupedContiguous, 128, 64, 2048, 8, fd::kSaMnMajor), 224, 56},
+      {with_sa(GemmKind::kGroupedMasked, 128, 160, 2048, 5, fd::kSaMnMajor), 224, 56},
+      {with_sa(GemmKind::kNormal, 128, 112, 16384, 6, fd::kSaKMajorGather), 224, 56},
+      {with_sa(GemmKind::kNormal, 128, 144, 16384, 5, fd::kSaKMajorGather), 224, 56},
+      {with_sa(GemmKind::kNormal, 128, 192, 16384, 4, fd::kSaKMajorGather), 224, 56},
+      {with_sa(GemmKind::kGroupedContiguous, 128, 192, 2048, 4, fd::kSaMnMajor), 232, 40},
+      {with_sa(GemmKind::kNormal, 256, 128, 16384, 3, fd::kSaMnMajor), 232, 40},
+  };
+  std::vector<std::string> names;
+  for (const Case& c : cases) names.push_back(c.name);
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    char alloc[64], dealloc[64];
+    std::snprintf(alloc, sizeof(alloc), "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0x%x", cases[i].math);
+    std::snprintf(dealloc, sizeof(dealloc), "USETMAXREG.DEALLOC.CTAPOOL 0x%x", cases[i].producer);
+    EXPECT_NE(sass.find(alloc), std::string::npos) << names[i] << ": math registers " << cases[i].math;
+    EXPECT_NE(sass.find(dealloc), std::string::npos) << names[i] << ": producer registers " << cases[i].producer;
   });
 }
 

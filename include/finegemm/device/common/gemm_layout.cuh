@@ -89,10 +89,28 @@ FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) {
   return epilogue_swizzle_bytes(block_n) == 0 ? block_n : epilogue_swizzle_bytes(block_n) / 2;
 }
 
+/// Registers per thread after setmaxnreg in the kernels with two math warpgroups (BLOCK_M 128 and 256), which start
+/// with 168 each (384 x 168 of the SM's 65536): the math warpgroups take 232 and leave the producer warpgroup 40.
+/// The producers of the grouped layouts and of the gathered SA spilled with 40 at BLOCK_M 128 (1-21 words: contiguous
+/// 128x64, dense gathered 128x112, 128x144 and 128x192; session 40), so those kernels split 224 / 56: the grouped
+/// ones up to BLOCK_N 160 (the contiguous 128x192 seed kernels did not spill and keep their SASS), the gathered ones
+/// up to 192 (224 registers hold 128x192's 192 accumulators without spills).
+FG_HOST_DEVICE constexpr bool gemm_roomy_producer(bool grouped, uint32_t block_m, uint32_t block_n, uint32_t sa_mode) {
+  return block_m == 128 && ((grouped && block_n <= 160) || (sa_mode == kSaKMajorGather && block_n <= 192));
+}
+FG_HOST_DEVICE constexpr uint32_t gemm_math_registers(bool grouped, uint32_t block_m, uint32_t block_n,
+                                                      uint32_t sa_mode) {
+  return gemm_roomy_producer(grouped, block_m, block_n, sa_mode) ? 224 : 232;
+}
+FG_HOST_DEVICE constexpr uint32_t gemm_producer_registers(bool grouped, uint32_t block_m, uint32_t block_n,
+                                                          uint32_t sa_mode) {
+  return gemm_roomy_producer(grouped, block_m, block_n, sa_mode) ? 56 : 40;
+}
+
 /// K blocks a math warpgroup keeps in flight in separate accumulators (1: one accumulator, turns between two
 /// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
 /// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
-/// BLOCK_N / 2 must fit kMathRegisters. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
+/// BLOCK_N / 2 must fit gemm_math_registers. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
 /// faster than depth 4 at BN=32 (H100, docs/performance-log.md session 4), so there only BN 48..64 use depth 4.
 FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
   return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)

@@ -84,8 +84,6 @@
 
 namespace finegemm::device {
 
-inline constexpr uint32_t kProducerRegisters = 40;
-inline constexpr uint32_t kMathRegisters = 232;
 /// Copies of the K loop, one per split point of a tile straddling two SB blocks (BLOCK_N / gcd(BLOCK_N, 128) of them):
 /// 5 covers BLOCK_N 48, 80, 96, 160 and 192; BLOCK_N 112 and 144 select the scale per granule at run time.
 inline constexpr uint32_t kMaxScaleVariants = 5;
@@ -184,6 +182,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr uint32_t kNumWaves = Layout::kNumWaves;
   constexpr uint32_t kWaveRows = Layout::kWaveRows;
   constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
+  constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;
+  constexpr uint32_t kMathRegisters = gemm_math_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
+  constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
+  static_assert(kNumMathWarpgroups == 1 || kMathRegisters * kNumMathThreads + kProducerRegisters * 128 <= 168 * 384,
+                "setmaxnreg: the registers the CTA started with");
   constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
   constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;  // a tile never straddles two 128-column SB blocks
   // Columns of one scale granule: a straddling tile splits at n_start % 128, a multiple of gcd(BLOCK_N, 128).
