@@ -93,8 +93,8 @@ void expect_clean_log(const std::string& name, const fj::KernelBinary& b) {
   EXPECT_EQ(b.log.find("warpgroup.wait is injected"), std::string::npos) << name << "\n" << b.log;
 }
 
-/// The kernel function of an unclustered GEMM of `kind` with N=7168 and the given tile, K, stages and SA layout.
-std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int stages, bool sa_k_major = false) {
+/// The kernel function of an unclustered GEMM of `kind` with N=7168, the given tile, K, stages and SA mode.
+std::string kernel_with_sa_mode(GemmKind kind, int block_m, int block_n, int64_t k, int stages, uint32_t sa_mode) {
   finegemm::heuristics::KernelConfig c;
   c.kind = kind;
   c.n = 7168;
@@ -104,12 +104,17 @@ std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int st
   c.num_stages = stages;
   c.cluster_size = 1;
   c.multicast_on_a = true;
+  c.sa_mode = sa_mode;
+  return c.kernel_function();
+}
+
+/// The same with the SA layout the caller passes (MN-major or K-major) in the mode the heuristic picks for it.
+std::string kernel_of(GemmKind kind, int block_m, int block_n, int64_t k, int stages, bool sa_k_major = false) {
   Problem q;  // the SA mode the heuristic picks at M = 4096
   q.m = 4096;
   q.k = k;
   q.sa_k_major = sa_k_major;
-  c.sa_mode = finegemm::heuristics::sa_mode_for(q);
-  return c.kernel_function();
+  return kernel_with_sa_mode(kind, block_m, block_n, k, stages, finegemm::heuristics::sa_mode_for(q));
 }
 
 std::string dense_kernel(int block_m, int block_n, int64_t k, int stages, bool sa_k_major) {
@@ -333,32 +338,19 @@ TEST(KernelsCompile, OddEighthBlockNsCompileWithoutSpills) {
 // dense gathered 128x112, 128x144 and 128x192 at K=16384; session 40). Those kernels split 224 / 56 and write no
 // local memory; the 256x128 and contiguous 128x192 kernels keep 232 / 40.
 TEST(KernelsCompile, ProducersOfGroupedAndGatheredKernelsDoNotSpill) {
-  auto with_sa = [](GemmKind kind, int block_m, int block_n, int64_t k, int stages, uint32_t sa_mode) {
-    finegemm::heuristics::KernelConfig c;
-    c.kind = kind;
-    c.n = 7168;
-    c.k = k;
-    c.block_m = block_m;
-    c.block_n = block_n;
-    c.num_stages = stages;
-    c.cluster_size = 1;
-    c.multicast_on_a = true;
-    c.sa_mode = sa_mode;
-    return c.kernel_function();
-  };
   namespace fd = finegemm::device;
   struct Case {
     std::string name;
     uint32_t math, producer;
   };
   const std::vector<Case> cases = {
-      {with_sa(GemmKind::kGroupedContiguous, 128, 64, 2048, 8, fd::kSaMnMajor), 224, 56},
-      {with_sa(GemmKind::kGroupedMasked, 128, 160, 2048, 5, fd::kSaMnMajor), 224, 56},
-      {with_sa(GemmKind::kNormal, 128, 112, 16384, 6, fd::kSaKMajorGather), 224, 56},
-      {with_sa(GemmKind::kNormal, 128, 144, 16384, 5, fd::kSaKMajorGather), 224, 56},
-      {with_sa(GemmKind::kNormal, 128, 192, 16384, 4, fd::kSaKMajorGather), 224, 56},
-      {with_sa(GemmKind::kGroupedContiguous, 128, 192, 2048, 4, fd::kSaMnMajor), 232, 40},
-      {with_sa(GemmKind::kNormal, 256, 128, 16384, 3, fd::kSaMnMajor), 232, 40},
+      {kernel_with_sa_mode(GemmKind::kGroupedContiguous, 128, 64, 2048, 8, fd::kSaMnMajor), 224, 56},
+      {kernel_with_sa_mode(GemmKind::kGroupedMasked, 128, 160, 2048, 5, fd::kSaMnMajor), 224, 56},
+      {kernel_with_sa_mode(GemmKind::kNormal, 128, 112, 16384, 6, fd::kSaKMajorGather), 224, 56},
+      {kernel_with_sa_mode(GemmKind::kNormal, 128, 144, 16384, 5, fd::kSaKMajorGather), 224, 56},
+      {kernel_with_sa_mode(GemmKind::kNormal, 128, 192, 16384, 4, fd::kSaKMajorGather), 224, 56},
+      {kernel_with_sa_mode(GemmKind::kGroupedContiguous, 128, 192, 2048, 4, fd::kSaMnMajor), 232, 40},
+      {kernel_with_sa_mode(GemmKind::kNormal, 256, 128, 16384, 3, fd::kSaMnMajor), 232, 40},
   };
   std::vector<std::string> names;
   for (const Case& c : cases) names.push_back(c.name);
