@@ -53,11 +53,12 @@ if [ "${FINEGEMM_SKIP_CHECK:-0}" != 1 ]; then
 fi
 
 if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
-  run_step bench 240 "$BUILD/finegemm" bench ${FINEGEMM_BENCH_ARGS:-}
+  # With each shape's floor (--ceiling: its bytes moved alone, its wgmmas issued alone; docs/performance.md).
+  run_step bench 300 "$BUILD/finegemm" bench --ceiling ${FINEGEMM_BENCH_ARGS:-}
   sed -n '/^kind /,$p' "$OUT_DIR/bench.log" >> "$OUT_DIR/summary.txt"
   # The same table after an L2 flush that leaves clean lines (the anchors were measured after a memset).
   if [ "${FINEGEMM_SKIP_BENCH_READ_FLUSH:-0}" != 1 ]; then
-    run_step bench-read-flush 240 "$BUILD/finegemm" bench --flush read ${FINEGEMM_BENCH_ARGS:-}
+    run_step bench-read-flush 300 "$BUILD/finegemm" bench --flush read --ceiling ${FINEGEMM_BENCH_ARGS:-}
     sed -n '/^kind /,$p' "$OUT_DIR/bench-read-flush.log" >> "$OUT_DIR/summary.txt"
   fi
 fi
