@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   constexpr bool kSeparateBIssuer = !FG_EXPERIMENT_ONE_TMA_THREAD && !FG_EXPERIMENT_NO_LOADS;
   constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4);
   // Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box; dense: the wide tail's).
-  constexpr bool kAHalfBox = gemm_has_a_half_box(kGemmKind != GemmKind::kNormal, BLOCK_M, kASplit, kWideTail);
+  constexpr bool kAHalfBox = gemm_has_a_half_box(kGrouped, BLOCK_M, kASplit, kWideTail);
   constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   // The TMA issuers (with their bytes) and the scale warp's lanes; with gathered SA, each lane's cp.asyncs of the
   // stage's row scales arrive once more when they complete.
