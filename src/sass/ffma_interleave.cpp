@@ -1,5 +1,6 @@
 #include "sass/ffma_interleave.hpp"
 
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -45,6 +46,28 @@ bool is_ffma_registers(uint64_t low_word) { return (low_word & kOpcodeMask) == k
 // The high word of a selected FFMA after the pass: yield hint on, operand-B reuse off.
 uint64_t interleaved_high_word(uint64_t high_word) { return high_word & ~(kNoYieldBit | kReuseB); }
 
+// Register operands of an FFMA in register form: Rd (bits 16-23), and the sources A (24-31), B (32-39), C (64-71).
+constexpr uint32_t kZeroRegister = 255;  // RZ
+uint32_t ffma_destination(uint64_t low_word) { return (low_word >> 16) & 0xff; }
+std::array<uint32_t, 3> ffma_sources(uint64_t low_word, uint64_t high_word) {
+  return {uint32_t((low_word >> 24) & 0xff), uint32_t((low_word >> 32) & 0xff), uint32_t(high_word & 0xff)};
+}
+
+// kSteady: the high word of an FFMA followed by another FFMA of its run: no yield, and a reuse flag on each source
+// slot whose register the next FFMA reads in the same slot (not RZ, and not the register this one writes). An FFMA
+// with stall count 0 is left as compiled (ptxas emits none in runs; the tools' rules for it were not probed).
+uint64_t steady_high_word(uint64_t low_word, uint64_t high_word, uint64_t next_low_word, uint64_t next_high_word) {
+  if (((high_word >> kStallShift) & kStallMask) == 0) return high_word;
+  const auto sources = ffma_sources(low_word, high_word);
+  const auto next_sources = ffma_sources(next_low_word, next_high_word);
+  uint64_t reuse = 0;
+  for (int slot = 0; slot < 3; ++slot) {
+    const uint32_t r = sources[slot];
+    if (r == next_sources[slot] && r != kZeroRegister && r != ffma_destination(low_word)) reuse |= kReuseA << slot;
+  }
+  return (high_word & ~(kReuseA | kReuseB | kReuseC)) | kNoYieldBit | reuse;
+}
+
 // NOTE: nvdisasm rejects a yielding FFMA with a stall count of 0 unless none of its reuse flags is set (probed over
 // every control code and reuse combination). ptxas does not emit such FFMAs in runs; should one appear, it is left
 // alone rather than rewritten into an encoding the tools call undefined.
@@ -87,7 +110,21 @@ InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOption
       const int length = static_cast<int>(end - idx);
       report.num_ffma += length;
 
-      if (length >= options.min_run_length) {
+      if (length >= options.min_run_length && options.mode == FfmaPassMode::kSteady) {
+        // Every FFMA but the run's last (its successor is not an FFMA of the run).
+        FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
+        for (uint64_t i = idx; i + 1 < end; ++i) {
+          const uint64_t high_at = i * kInstructionBytes + 8;
+          const uint64_t high_word = load_word(base + high_at);
+          const uint64_t new_high_word =
+              steady_high_word(low_word(i), high_word, low_word(i + 1), load_word(base + high_at + kInstructionBytes));
+          if (new_high_word == high_word) continue;
+          ++run.modified;
+          if (output) store_word(output->data() + code.offset + high_at, new_high_word);
+        }
+        report.num_modified += run.modified;
+        report.runs.push_back(std::move(run));
+      } else if (length >= options.min_run_length) {
         FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
         for (int position : interleave_positions(length, options)) {
           const uint64_t high_at = (idx + position) * kInstructionBytes + 8;
@@ -107,6 +144,8 @@ InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOption
 }
 
 }  // namespace
+
+const char* to_string(FfmaPassMode mode) { return mode == FfmaPassMode::kSteady ? "steady" : "interleave"; }
 
 std::string InterleaveReport::to_string() const {
   std::ostringstream os;

@@ -1,7 +1,8 @@
 // The FFMA interleave pass: a cubin post-pass for sm_90 that, in long runs of consecutive FFMAs (the promotion step
 // of the GEMM kernels), sets the scheduler's yield hint on every other FFMA and clears its operand-B reuse flag, so
-// that the other math warpgroup's wgmma can issue in between. See docs/sass-pass.md for the encoding facts and how
-// they were verified.
+// that the other math warpgroup's wgmma can issue in between. A second mode (kSteady) does the opposite: no FFMA of
+// a run yields, and each keeps the operands the next one reads in the same slot in the reuse cache. See
+// docs/sass-pass.md for the encoding facts and how they were verified.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,23 @@
 namespace finegemm::sass {
 
 /// Version of the pass's behavior; part of the JIT cache key. Bump on any change to what the pass writes.
-inline constexpr int kPassVersion = 1;
+inline constexpr int kPassVersion = 2;
+
+/// What the pass does to a run of FFMAs.
+enum class FfmaPassMode {
+  kInterleave,  ///< every other FFMA of the run's head yields and drops its operand-B reuse (the seed's trick)
+  kSteady,      ///< no FFMA of the run but the last yields; each sets exactly the reuse flags the next one can use
+};
 
 /// Which FFMAs the pass modifies.
 struct InterleaveOptions {
   int min_run_length = 8;        ///< runs of fewer consecutive FFMAs are left alone (>= 1)
-  double fraction = 9.0 / 16.0;  ///< only the first floor(length * fraction) FFMAs of a run are candidates ([0, 1])
+  double fraction = 9.0 / 16.0;  ///< kInterleave: only the first floor(length * fraction) FFMAs are candidates ([0, 1])
+  FfmaPassMode mode = FfmaPassMode::kInterleave;
 };
+
+/// "interleave" or "steady".
+const char* to_string(FfmaPassMode mode);
 
 /// One run of at least `min_run_length` consecutive FFMAs.
 struct FfmaRun {
@@ -42,7 +53,7 @@ std::vector<int> interleave_positions(int length, const InterleaveOptions& optio
 
 /// Returns the rewritten cubin. Throws finegemm::Error (kInvalidArgument) for a truncated / non-ELF / non-sm_90 input
 /// or invalid options. A cubin with no qualifying FFMA runs comes back byte-identical. Only the yield bit (109) and
-/// the operand-B reuse bit (123) of selected FFMAs ever change.
+/// the reuse bits (kInterleave: 123 only; kSteady: 122-124) of FFMAs in qualifying runs ever change.
 std::vector<char> interleave_ffma(const std::vector<char>& cubin, const InterleaveOptions& options,
                                   InterleaveReport* report = nullptr);
 

@@ -5,8 +5,9 @@
 // success the results must be self-consistent:
 //   parse_elf       every section and code section lies inside the input, code sections do not overlap;
 //   interleave_ffma the output has the input's size, differs only in bits 109 (yield) and 123 (operand-B reuse) of
-//                   instructions inside code sections, only clears them, changes exactly `num_modified`
-//                   instructions, agrees with analyze_ffma, and is a fixed point of the pass.
+//                   instructions inside code sections, only clears them (kSteady: only sets bit 109, and may set
+//                   or clear the reuse bits 122-124), changes exactly `num_modified` instructions, agrees with
+//                   analyze_ffma, and is a fixed point of the pass.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -27,10 +28,10 @@ using finegemm::Error;
 using namespace finegemm::sass;
 
 constexpr uint64_t kInstructionBytes = 16;
-// Bits the pass may clear, as byte masks over one 16-byte instruction: bit 109 is bit 5 of byte 13, bit 123 is
-// bit 3 of byte 15.
-constexpr int kYieldByte = 109 / 8, kReuseBByte = 123 / 8;
-constexpr unsigned char kYieldMask = 1u << (109 % 8), kReuseBMask = 1u << (123 % 8);
+// Bits the pass may change, as byte masks over one 16-byte instruction: bit 109 is bit 5 of byte 13, bits 122-124
+// are bits 2-4 of byte 15 (123, operand-B reuse, is bit 3).
+constexpr int kYieldByte = 109 / 8, kReuseByte = 123 / 8;
+constexpr unsigned char kYieldMask = 1u << (109 % 8), kReuseBMask = 1u << (123 % 8), kReuseMask = 0x7u << (122 % 8);
 
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr, "fuzz_elf: contract violated: %s\n", what);
@@ -97,7 +98,9 @@ bool same_report(const InterleaveReport& a, const InterleaveReport& b) {
 
 // The differences between `input` and the pass's `output` are allowed ones; returns the number of changed
 // instructions.
-int count_changed_instructions(const std::vector<char>& input, const std::vector<char>& output, const ElfImage& image) {
+int count_changed_instructions(const std::vector<char>& input, const std::vector<char>& output, const ElfImage& image,
+                               FfmaPassMode mode) {
+  const bool steady = mode == FfmaPassMode::kSteady;
   require(output.size() == input.size(), "the pass changed the size of the cubin");
   std::vector<const ElfCodeSection*> code_of(input.size(), nullptr);
   for (const ElfCodeSection& c : image.code)
@@ -111,9 +114,15 @@ int count_changed_instructions(const std::vector<char>& input, const std::vector
     const ElfCodeSection* c = code_of[at];
     require(c != nullptr, "the pass changed a byte outside the code sections");
     const uint64_t within = (at - c->offset) % kInstructionBytes;
-    const unsigned char allowed = within == kYieldByte ? kYieldMask : within == kReuseBByte ? kReuseBMask : 0;
-    require(((before ^ after) & ~allowed) == 0, "the pass changed a bit other than the yield and reuse-B bits");
-    require((after & ~before) == 0, "the pass set a bit (it may only clear the yield and reuse-B bits)");
+    const unsigned char allowed = within == kYieldByte   ? kYieldMask
+                                  : within == kReuseByte ? (steady ? kReuseMask : kReuseBMask)
+                                                         : 0;
+    require(((before ^ after) & ~allowed) == 0, "the pass changed a bit other than the yield and reuse bits");
+    if (!steady) {
+      require((after & ~before) == 0, "the interleave pass set a bit (it may only clear the yield and reuse-B bits)");
+    } else if (within == kYieldByte) {
+      require((before & ~after) == 0, "the steady pass cleared a no-yield bit (it may only set it)");
+    }
     const uint64_t instruction = c->offset + (at - c->offset) / kInstructionBytes * kInstructionBytes;
     if (instruction != last_instruction) ++changed;
     last_instruction = instruction;
@@ -142,7 +151,7 @@ void check_pass(const std::vector<char>& input, const ElfImage& image, const Int
   }
   require(modified == report.num_modified, "num_modified is not the sum over the runs");
   require(in_runs <= report.num_ffma, "the runs hold more FFMAs than num_ffma");
-  require(count_changed_instructions(input, output, image) == report.num_modified,
+  require(count_changed_instructions(input, output, image, options.mode) == report.num_modified,
           "the number of changed instructions is not num_modified");
 
   InterleaveReport again;
@@ -165,5 +174,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   check_pass(input, image, InterleaveOptions{});
   check_pass(input, image, InterleaveOptions{.min_run_length = 1, .fraction = 1.0});
+  check_pass(input, image, InterleaveOptions{.mode = FfmaPassMode::kSteady});
+  check_pass(input, image, InterleaveOptions{.min_run_length = 1, .mode = FfmaPassMode::kSteady});
   return 0;
 }

@@ -100,7 +100,7 @@ TEST(Cli, SassShowsTheFfmaRunsOfTheChosenKernel) {
       run_command("FINEGEMM_CACHE_DIR=" + dir.string() + " " + kCli + " sass --m 4096 --n 2112 --k 7168", &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("sm90_fp8_gemm_kernel<0, 2112u, 7168u"), std::string::npos) << out;
-  EXPECT_NE(out.find("FFMA interleave (pass v1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("FFMA interleave (pass v2)"), std::string::npos) << out;
   EXPECT_NE(out.find("FFMAs,"), std::string::npos) << out;
   fs::remove_all(dir);
 }

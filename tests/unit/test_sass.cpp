@@ -34,6 +34,7 @@ namespace {
 using finegemm::Error;
 using finegemm::sass::analyze_ffma;
 using finegemm::sass::ElfImage;
+using finegemm::sass::FfmaPassMode;
 using finegemm::sass::FfmaRun;
 using finegemm::sass::interleave_ffma;
 using finegemm::sass::interleave_positions;
@@ -700,6 +701,110 @@ TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
   EXPECT_GT(num_reuse_dropped, 0) << "no selected FFMA had operand-B reuse: the test kernels no longer exercise it";
   // Bits 122/124 stay as compiled (only 109 and 123 change); nvdisasm must accept a yielding FFMA that keeps them.
   EXPECT_GT(num_other_reuse_kept, 0) << "no selected FFMA kept an A/C reuse bit: the test kernels no longer exercise it";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The steady mode (default for the 256-row GEMM kernels): runs issue without yielding
+// ---------------------------------------------------------------------------------------------------------------
+
+InterleaveOptions steady_options() {
+  InterleaveOptions options;
+  options.mode = FfmaPassMode::kSteady;
+  return options;
+}
+
+// ptxas compiles the promotion kernel's run without yields already (the GEMM kernels' runs yield on every other
+// FFMA); the interleave pass gives the steady one runs that yield to start from.
+const std::vector<char>& yielding_cubin() {
+  static const std::vector<char> cubin = interleave_ffma(gemm_like_cubin(), InterleaveOptions{});
+  return cubin;
+}
+
+TEST(SassSteady, OnlyTheRunsControlBitsChange) {
+  const std::vector<char>& before = yielding_cubin();
+  InterleaveReport report;
+  const std::vector<char> after = interleave_ffma(before, steady_options(), &report);
+  ASSERT_EQ(after.size(), before.size());
+  ASSERT_GT(report.num_modified, 0) << report.to_string();
+
+  // The high words of every FFMA of a run but its last may change; nothing else may.
+  std::set<uint64_t> candidates;
+  std::set<uint64_t> last_of_run;
+  const ElfImage image = parse_elf(before);
+  for (const FfmaRun& run : report.runs) {
+    const auto code = std::find_if(image.code.begin(), image.code.end(), [&](const auto& c) { return c.kernel == run.kernel; });
+    ASSERT_NE(code, image.code.end()) << run.kernel;
+    for (int i = 0; i < run.length; ++i) {
+      const uint64_t high_at = code->offset + run.first_offset + 16 * uint64_t(i) + 8;
+      (i + 1 < run.length ? candidates : last_of_run).insert(high_at);
+    }
+  }
+  constexpr uint64_t kReuseBitsHigh = 0x7ull << (122 - 64);
+  int changed = 0;
+  for (uint64_t at = 0; at + 8 <= before.size(); at += 8) {
+    const uint64_t x = load_u64(before, at), y = load_u64(after, at);
+    if (!candidates.count(at)) {
+      EXPECT_EQ(x, y) << "changed outside the runs' FFMAs (or a run's last one) at byte " << at;
+      continue;
+    }
+    changed += x != y;
+    EXPECT_EQ(x & ~(kYieldBitHigh | kReuseBitsHigh), y & ~(kYieldBitHigh | kReuseBitsHigh)) << "at byte " << at;
+    EXPECT_NE(y & kYieldBitHigh, 0u) << "an FFMA of a run still yields, at byte " << at;
+  }
+  EXPECT_EQ(changed, report.num_modified);
+  EXPECT_FALSE(last_of_run.empty());
+
+  EXPECT_EQ(analyze_ffma(before, steady_options()).to_string(), report.to_string());
+  InterleaveReport again;
+  EXPECT_EQ(interleave_ffma(after, steady_options(), &again), after);
+  EXPECT_EQ(again.num_modified, 0);
+}
+
+TEST(SassSteadyNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
+  REQUIRE_NVDISASM();
+  const std::vector<char>& before = yielding_cubin();
+  InterleaveReport report;
+  const std::vector<char> after = interleave_ffma(before, steady_options(), &report);
+  const Listing a = disassemble(before), b = disassemble(after);
+  ASSERT_EQ(b.run.exit_code, 0) << "nvdisasm rejects the rewritten cubin:\n" << b.run.output;
+  EXPECT_EQ(b.run.output.find("error"), std::string::npos) << b.run.output;
+  ASSERT_EQ(a.instructions.size(), b.instructions.size());
+
+  // The register an operand names ("R12", "RZ"), without reuse, negation or absolute value.
+  auto reg = [](const std::string& operand) {
+    std::string r = strip_reuse(operand);
+    std::erase_if(r, [](char c) { return c == '-' || c == '|'; });
+    return r;
+  };
+  for (size_t i = 0; i < b.instructions.size(); ++i)
+    ASSERT_EQ(strip_reuse(a.instructions[i].text), strip_reuse(b.instructions[i].text)) << b.instructions[i].text;
+  int num_runs = 0, num_reused = 0;
+  for (size_t i = 0; i < b.instructions.size(); ++i) {
+    if (!ffma_register_sources(b.instructions[i].text)) continue;
+    size_t end = i;
+    while (end < b.instructions.size() && b.instructions[end].section == b.instructions[i].section &&
+           ffma_register_sources(b.instructions[end].text))
+      ++end;
+    if (end - i >= size_t(steady_options().min_run_length)) {
+      ++num_runs;
+      for (size_t j = i; j + 1 < end; ++j) {
+        const SassInstruction& inst = b.instructions[j];
+        const auto here = *ffma_register_sources(inst.text);
+        const auto next = *ffma_register_sources(b.instructions[j + 1].text);
+        const size_t name_end = inst.text.find(' ', inst.text.find("FFMA"));
+        const std::string dest = inst.text.substr(name_end + 1, inst.text.find(',', name_end) - name_end - 1);
+        EXPECT_NE(inst.high & kYieldBitHigh, 0u) << "yields: " << inst.text;
+        for (int k = 0; k < 3; ++k) {
+          const bool same = reg(here[k]) == reg(next[k]) && reg(here[k]) != "RZ" && reg(here[k]) != dest;
+          EXPECT_EQ(here[k].ends_with(".reuse"), same) << inst.text << " then " << b.instructions[j + 1].text;
+          num_reused += here[k].ends_with(".reuse");
+        }
+      }
+    }
+    i = end - 1;
+  }
+  EXPECT_EQ(num_runs, static_cast<int>(report.runs.size()));
+  EXPECT_GT(num_reused, 0) << "no FFMA of a run reuses an operand: the test kernels no longer exercise it";
 }
 
 TEST(SassInterleaveNvdisasm, TrivialKernelHasNoFfma) {
