@@ -37,7 +37,8 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
   spec.header = kGemmHeader;
   spec.function = config.kernel_function();
   spec.parameters = kGemmParameters;
-  spec.sass_pass = true;  // applied when the runtime enables the pass (default: see docs/sass-pass.md)
+  spec.sass_pass = true;  // the runtime's A/B switch may give it Options::sass_pass_mode (docs/sass-pass.md)
+  spec.ffma_pass = heuristics::ffma_pass_for(config);
   return spec;
 }
 

@@ -434,6 +434,15 @@ bool tail_split_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL
 // FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1, read at each plan like the tail split's switch.
 bool odd_eighth_block_n_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N"); }
 
+std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config) {
+  // ptxas has every other promotion FFMA yield its issue slot; in the 256-row kernels those runs issue faster without
+  // (`finegemm bench --sass-ab` with FINEGEMM_SASS_PASS_MODE=steady, H100, session 41: 256x128 seed shapes 0.978-0.996
+  // of the time, contiguous and masked 0.982-0.994), while the 128x192 kernels took 1.004-1.010 and the narrow ones
+  // 0.998-1.003.
+  if (config.block_m == 256) return sass::FfmaPassMode::kSteady;
+  return std::nullopt;
+}
+
 namespace {
 /// Tail split: the tiles of the last wave cut into `pieces` K ranges, dealt to the CTAs after the whole tiles. Modeled
 /// time of the last wave: each CTA runs ceil(cut tiles * pieces / CTAs) pieces, each a 1/pieces share of a tile plus

@@ -2,10 +2,12 @@
 // Deterministic: no run-time tuning.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "finegemm/finegemm.hpp"
+#include "sass/ffma_interleave.hpp"
 
 namespace finegemm::heuristics {
 
@@ -69,6 +71,10 @@ bool tail_split_enabled();
 /// Whether BLOCK_N may be an odd multiple of 8 (24, 40, 56, ...): FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1. The kernel
 /// supports such tiles; the heuristic leaves them out by default because they measured slower (heuristics.cpp).
 bool odd_eighth_block_n_enabled();
+
+/// The FFMA pass (src/sass) a kernel of `config` takes after compiling, none if empty: the steady one (promotion
+/// FFMAs issued without yielding) for 256-row tiles, measured faster there and slower on 128x192 (heuristics.cpp).
+std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config);
 
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
 KernelConfig select_config(const Problem& problem, int num_sms, const HardwareModel& hw = {});

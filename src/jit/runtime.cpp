@@ -55,6 +55,12 @@ Options Options::from_environment() {
   if (const char* d = std::getenv("FINEGEMM_DUMP_SASS"); d != nullptr && d[0] != '\0' && std::string(d) != "0")
     o.dump_dir = std::string(d) == "1" ? "finegemm-dump" : d;
   o.disable_sass_pass = env_flag("FINEGEMM_DISABLE_SASS_PASS");
+  if (const char* m = std::getenv("FINEGEMM_SASS_PASS_MODE"); m != nullptr && m[0] != '\0') {
+    const std::string mode = m;
+    check_arg(mode == "interleave" || mode == "steady", "FINEGEMM_SASS_PASS_MODE",
+              "must be 'interleave' or 'steady', got '", mode, "'");
+    o.sass_pass_mode = mode == "steady" ? sass::FfmaPassMode::kSteady : sass::FfmaPassMode::kInterleave;
+  }
   o.pdl = env_flag("FINEGEMM_PDL");
   if (const char* s = std::getenv("FINEGEMM_NUM_SMS"); s != nullptr && s[0] != '\0') {
     char* end = nullptr;
@@ -78,7 +84,8 @@ std::string Options::describe() const {
   std::ostringstream os;
   os << "cache_dir=" << (cache_dir.empty() ? "(disabled)" : cache_dir) << " compiler=" << compiler
      << " debug=" << debug << " print_configs=" << print_configs << " dump=" << (dump_dir.empty() ? "-" : dump_dir)
-     << " sass_pass=" << (disable_sass_pass ? "disabled" : "default") << " num_sms=" << num_sms << " pdl=" << pdl;
+     << " sass_pass=" << (disable_sass_pass ? "disabled" : "default") << " (" << sass::to_string(sass_pass_mode) << ")"
+     << " num_sms=" << num_sms << " pdl=" << pdl;
   for (const auto& d : extra_defines) os << ' ' << d;
   return os.str();
 }
@@ -107,16 +114,24 @@ const Compiler& Runtime::compiler() {
   return *compiler_;
 }
 
-std::string Runtime::cache_key(const KernelSpec& spec, bool sass_pass) {
+std::optional<sass::FfmaPassMode> Runtime::ffma_pass_for(const KernelSpec& spec) const {
+  if (options_.disable_sass_pass) return std::nullopt;
+  if (spec.sass_pass && sass_pass_enabled_) return options_.sass_pass_mode;
+  return spec.ffma_pass;
+}
+
+std::string Runtime::cache_key(const KernelSpec& spec, std::optional<sass::FfmaPassMode> ffma_pass) {
   const Compiler& c = compiler();
   Hasher hasher;
   hasher.update(std::string_view(kCacheLayoutVersion)).update(spec.source()).update(headers_hash_).update(c.identity());
   for (const auto& f : c.flags()) hasher.update(f);
-  hasher.update(sass_pass ? "sass-pass-v" + std::to_string(sass::kPassVersion) : std::string("no-sass-pass"));
+  hasher.update(ffma_pass ? "sass-pass-v" + std::to_string(sass::kPassVersion) + "-" + sass::to_string(*ffma_pass)
+                          : std::string("no-sass-pass"));
   return hasher.hex();
 }
 
-KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key, bool sass_pass) {
+KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key,
+                            std::optional<sass::FfmaPassMode> ffma_pass) {
   const std::string source = spec.source();
   CompileResult result = compiler().compile(source, "&" + spec.function);
   KernelBinary b;
@@ -125,10 +140,12 @@ KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key, bool
   b.cubin = std::move(result.cubin);
   b.log = std::move(result.log);
   b.compiled = true;
-  if (sass_pass) {
+  if (ffma_pass) {
     const std::vector<char> in(b.cubin.begin(), b.cubin.end());
     sass::InterleaveReport report;
-    const std::vector<char> out = sass::interleave_ffma(in, sass::InterleaveOptions{}, &report);
+    sass::InterleaveOptions pass_options;
+    pass_options.mode = *ffma_pass;
+    const std::vector<char> out = sass::interleave_ffma(in, pass_options, &report);
     b.cubin.assign(out.begin(), out.end());
     if (options_.debug) std::fprintf(stderr, "finegemm: sass pass on %s: %s\n", key.c_str(), report.to_string().c_str());
   }
@@ -148,8 +165,8 @@ KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key, bool
 
 std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec, bool* compiled_now) {
   if (compiled_now != nullptr) *compiled_now = false;
-  const bool sass_pass = spec.sass_pass && sass_pass_enabled_ && !options_.disable_sass_pass;
-  const std::string map_key = spec.function + (sass_pass ? "|sass" : "|plain");
+  const std::optional<sass::FfmaPassMode> ffma_pass = ffma_pass_for(spec);
+  const std::string map_key = spec.function + "|" + (ffma_pass ? sass::to_string(*ffma_pass) : "plain");
   std::shared_ptr<std::mutex> builder;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -169,13 +186,13 @@ std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec, bool
       return it->second;
     }
   }
-  const std::string key = cache_key(spec, sass_pass);
+  const std::string key = cache_key(spec, ffma_pass);
   auto result = std::make_shared<KernelBinary>();
   bool built = false;
   std::string payload = disk_cache_->get_or_build(
       key,
       [&] {
-        *result = build(spec, key, sass_pass);
+        *result = build(spec, key, ffma_pass);
         return serialize(*result);
       },
       &built);

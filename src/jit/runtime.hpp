@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 #include "finegemm/finegemm.hpp"
 #include "jit/compiler.hpp"
 #include "jit/disk_cache.hpp"
+#include "sass/ffma_interleave.hpp"
 
 namespace finegemm::jit {
 
@@ -25,6 +27,7 @@ struct Options {
   bool print_configs = false;   ///< FINEGEMM_PRINT_CONFIGS: print each new kernel configuration
   std::string dump_dir;         ///< FINEGEMM_DUMP_SASS: directory receiving each compiled source and cubin
   bool disable_sass_pass = false;  ///< FINEGEMM_DISABLE_SASS_PASS
+  sass::FfmaPassMode sass_pass_mode = sass::FfmaPassMode::kInterleave;  ///< FINEGEMM_SASS_PASS_MODE (when the pass runs)
   int num_sms = 0;              ///< FINEGEMM_NUM_SMS (0: all)
   bool pdl = false;             ///< FINEGEMM_PDL: launch with programmatic dependent launch (finegemm::set_pdl)
   std::vector<std::string> extra_defines;  ///< FINEGEMM_JIT_DEFINES: "-DNAME[=VALUE] ..." (kernel experiments)
@@ -38,7 +41,8 @@ struct KernelSpec {
   std::string header;         ///< e.g. "finegemm/device/kernels/sm90_fp8_gemm.cuh"
   std::string function;       ///< e.g. "finegemm::device::sm90_fp8_gemm_kernel<0, 7168, ...>"
   std::string parameters;     ///< e.g. "(const __grid_constant__ finegemm::device::GemmArgs)"
-  bool sass_pass = false;     ///< whether the FFMA interleave pass applies to this kernel family by default
+  bool sass_pass = false;     ///< whether the family takes the pass Runtime::set_sass_pass_enabled() turns on
+  std::optional<sass::FfmaPassMode> ffma_pass;  ///< the FFMA pass this kernel takes otherwise (none if empty)
 
   std::string source() const;  ///< the generated translation unit
 };
@@ -67,7 +71,8 @@ class Runtime {
   ~Runtime();
 
   const Options& options() const { return options_; }
-  /// Enables or disables the SASS pass for later compiles of this process (the CLI's A/B switch).
+  /// Gives every kernel whose family takes the pass Options::sass_pass_mode (true) instead of its own default pass
+  /// (false, the default) for later compiles of this process: the CLI's A/B switch (`finegemm bench --sass-ab`).
   void set_sass_pass_enabled(bool enabled) { sass_pass_enabled_ = enabled; }
   bool sass_pass_enabled() const { return sass_pass_enabled_; }
 
@@ -102,11 +107,14 @@ class Runtime {
   const Compiler& compiler();
 
  private:
-  std::string cache_key(const KernelSpec& spec, bool sass_pass);
-  KernelBinary build(const KernelSpec& spec, const std::string& key, bool sass_pass);
+  /// The FFMA pass `spec` gets now: none under FINEGEMM_DISABLE_SASS_PASS; Options::sass_pass_mode where the family
+  /// takes the pass and set_sass_pass_enabled(true) is in force (a measurement switch); else spec.ffma_pass.
+  std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelSpec& spec) const;
+  std::string cache_key(const KernelSpec& spec, std::optional<sass::FfmaPassMode> ffma_pass);
+  KernelBinary build(const KernelSpec& spec, const std::string& key, std::optional<sass::FfmaPassMode> ffma_pass);
 
   Options options_;
-  std::atomic<bool> sass_pass_enabled_{false};  // measured default: docs/sass-pass.md
+  std::atomic<bool> sass_pass_enabled_{false};  // each kernel's own pass by default: docs/sass-pass.md
   std::atomic<int> num_sms_override_{0};
   std::atomic<bool> pdl_{false};
   std::unique_ptr<DiskCache> disk_cache_;

@@ -19,6 +19,7 @@
 #include "heuristics/heuristics.hpp"
 #include "jit/compiler.hpp"
 #include "jit/runtime.hpp"
+#include "sass/ffma_interleave.hpp"
 #include "unit/nvdisasm.hpp"
 
 namespace fj = finegemm::jit;
@@ -442,4 +443,51 @@ TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
       }
     }
   }
+}
+
+TEST(KernelsCompile, TwoFiftySixRowKernelsTakeTheSteadyFfmaPass) {
+  // The heuristic gives the 256-row kernels the steady FFMA pass (their promotion runs issue without yielding) and no
+  // other kernel a pass; the runtime applies it after compiling, keys the cache by it, and drops it under
+  // FINEGEMM_DISABLE_SASS_PASS.
+  std::set<int> with_pass, without_pass;
+  std::string steady_kernel;
+  for (const Problem& p : seed_problems()) {
+    const auto config = finegemm::heuristics::select_config(p, 132);
+    const auto pass = finegemm::heuristics::ffma_pass_for(config);
+    EXPECT_EQ(pass.has_value(), config.block_m == 256) << config.kernel_function();
+    if (pass) {
+      EXPECT_EQ(*pass, finegemm::sass::FfmaPassMode::kSteady);
+      if (p.kind == GemmKind::kNormal) steady_kernel = config.kernel_function();
+    }
+    (pass ? with_pass : without_pass).insert(config.block_m);
+  }
+  ASSERT_FALSE(with_pass.empty());
+  ASSERT_FALSE(without_pass.empty());
+  ASSERT_FALSE(steady_kernel.empty());
+
+  auto spec_of = [&](std::optional<finegemm::sass::FfmaPassMode> pass) {
+    fj::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", steady_kernel,
+                        "(const __grid_constant__ finegemm::device::GemmArgs)", true};
+    spec.ffma_pass = pass;
+    return spec;
+  };
+  fj::Runtime runtime(uncached_options());
+  const auto plain = runtime.binary(spec_of(std::nullopt));
+  const auto steady = runtime.binary(spec_of(finegemm::sass::FfmaPassMode::kSteady));
+  auto as_bytes = [](const std::string& cubin) { return std::vector<char>(cubin.begin(), cubin.end()); };
+  finegemm::sass::InterleaveOptions steady_mode;
+  steady_mode.mode = finegemm::sass::FfmaPassMode::kSteady;
+  const auto plain_report = finegemm::sass::analyze_ffma(as_bytes(plain->cubin), steady_mode);
+  const auto steady_report = finegemm::sass::analyze_ffma(as_bytes(steady->cubin), steady_mode);
+  ASSERT_FALSE(plain_report.runs.empty()) << plain_report.to_string();
+  EXPECT_GT(plain_report.num_modified, 0) << "ptxas no longer has the promotion FFMAs yield:\n"
+                                          << plain_report.to_string();
+  EXPECT_EQ(steady_report.num_modified, 0) << "the runtime's cubin did not take the pass:\n" << steady_report.to_string();
+  EXPECT_EQ(as_bytes(steady->cubin), finegemm::sass::interleave_ffma(as_bytes(plain->cubin), steady_mode));
+  EXPECT_NE(plain->key, steady->key);
+
+  fj::Options disabled = uncached_options();
+  disabled.disable_sass_pass = true;
+  fj::Runtime without(disabled);
+  EXPECT_EQ(without.binary(spec_of(finegemm::sass::FfmaPassMode::kSteady))->cubin, plain->cubin);
 }
