@@ -436,9 +436,9 @@ bool odd_eighth_block_n_enabled() { return experimental_switch_on("FINEGEMM_EXPE
 
 std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config) {
   // ptxas has every other promotion FFMA yield its issue slot; in the 256-row kernels those runs issue faster without
-  // (`finegemm bench --sass-ab` with FINEGEMM_SASS_PASS_MODE=steady, H100, session 41: 256x128 seed shapes 0.978-0.996
-  // of the time, contiguous and masked 0.982-0.994), while the 128x192 kernels took 1.004-1.010 and the narrow ones
-  // 0.998-1.003.
+  // (H100, session 41, against no pass, alternating: 4096x7168x16384 637.5, 638.5 us / 650.8, 649.8, the other 256x128
+  // seed shapes 0.8-1.1% and contiguous 4x8192x4096x7168 1.9% faster), while the 128x192 kernels took 1.004-1.010x
+  // the time with it and the narrow ones 0.998-1.003x (`finegemm bench --sass-ab`, FINEGEMM_SASS_PASS_MODE=steady).
   if (config.block_m == 256) return sass::FfmaPassMode::kSteady;
   return std::nullopt;
 }

@@ -27,7 +27,8 @@ struct Options {
   bool print_configs = false;   ///< FINEGEMM_PRINT_CONFIGS: print each new kernel configuration
   std::string dump_dir;         ///< FINEGEMM_DUMP_SASS: directory receiving each compiled source and cubin
   bool disable_sass_pass = false;  ///< FINEGEMM_DISABLE_SASS_PASS
-  sass::FfmaPassMode sass_pass_mode = sass::FfmaPassMode::kInterleave;  ///< FINEGEMM_SASS_PASS_MODE (when the pass runs)
+  /// FINEGEMM_SASS_PASS_MODE: the pass Runtime::set_sass_pass_enabled(true) gives every kernel that takes one
+  sass::FfmaPassMode sass_pass_mode = sass::FfmaPassMode::kInterleave;
   int num_sms = 0;              ///< FINEGEMM_NUM_SMS (0: all)
   bool pdl = false;             ///< FINEGEMM_PDL: launch with programmatic dependent launch (finegemm::set_pdl)
   std::vector<std::string> extra_defines;  ///< FINEGEMM_JIT_DEFINES: "-DNAME[=VALUE] ..." (kernel experiments)

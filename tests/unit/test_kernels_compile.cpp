@@ -482,7 +482,8 @@ TEST(KernelsCompile, TwoFiftySixRowKernelsTakeTheSteadyFfmaPass) {
   ASSERT_FALSE(plain_report.runs.empty()) << plain_report.to_string();
   EXPECT_GT(plain_report.num_modified, 0) << "ptxas no longer has the promotion FFMAs yield:\n"
                                           << plain_report.to_string();
-  EXPECT_EQ(steady_report.num_modified, 0) << "the runtime's cubin did not take the pass:\n" << steady_report.to_string();
+  EXPECT_EQ(steady_report.num_modified, 0) << "the runtime's cubin did not take the pass:\n"
+                                           << steady_report.to_string();
   EXPECT_EQ(as_bytes(steady->cubin), finegemm::sass::interleave_ffma(as_bytes(plain->cubin), steady_mode));
   EXPECT_NE(plain->key, steady->key);
 
