@@ -437,9 +437,13 @@ bool odd_eighth_block_n_enabled() { return experimental_switch_on("FINEGEMM_EXPE
 std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config) {
   // ptxas has every other promotion FFMA yield its issue slot; in the 256-row kernels those runs issue faster without
   // (H100, session 41, against no pass, alternating: 4096x7168x16384 637.5, 638.5 us / 650.8, 649.8, the other 256x128
-  // seed shapes 0.8-1.1% and contiguous 4x8192x4096x7168 1.9% faster), while the 128x192 kernels took 1.004-1.010x
-  // the time with it and the narrow ones 0.998-1.003x (`finegemm bench --sass-ab`, FINEGEMM_SASS_PASS_MODE=steady).
-  if (config.block_m == 256) return sass::FfmaPassMode::kSteady;
+  // seed shapes 0.8-1.1% and contiguous 4x8192x4096x7168 1.9% faster), and in the dense 128-row kernels with whole
+  // batches (`finegemm bench --sass-ab`, FINEGEMM_SASS_PASS_MODE=steady, on/off in three rounds: 1024x7168x2048 at
+  // 128x160 0.978-0.982, 128x128 and 128x112 0.994-1.001). Not elsewhere: 128x192 (half batches) 1.003-1.010, grouped
+  // 128x160 1.001-1.047 (masked 4x600x4096x7168 the most), the narrow K-depth kernels 0.998-1.003.
+  const bool dense_whole_batches =
+      config.kind == GemmKind::kNormal && config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
+  if (config.block_m == 256 || dense_whole_batches) return sass::FfmaPassMode::kSteady;
   return std::nullopt;
 }
 

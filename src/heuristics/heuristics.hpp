@@ -73,7 +73,8 @@ bool tail_split_enabled();
 bool odd_eighth_block_n_enabled();
 
 /// The FFMA pass (src/sass) a kernel of `config` takes after compiling, none if empty: the steady one (promotion
-/// FFMAs issued without yielding) for 256-row tiles, measured faster there and slower on 128x192 (heuristics.cpp).
+/// FFMAs issued without yielding) for 256-row tiles and dense 128-row tiles with whole batches (BLOCK_N 72-184),
+/// measured faster or the same there and slower on 128x192 and grouped 128-row tiles (heuristics.cpp).
 std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config);
 
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
