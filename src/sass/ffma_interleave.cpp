@@ -110,29 +110,26 @@ InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOption
       const int length = static_cast<int>(end - idx);
       report.num_ffma += length;
 
-      if (length >= options.min_run_length && options.mode == FfmaPassMode::kSteady) {
-        // Every FFMA but the run's last (its successor is not an FFMA of the run).
+      if (length >= options.min_run_length) {
         FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
-        for (uint64_t i = idx; i + 1 < end; ++i) {
+        // Instruction i of the section takes `new_high_word` (a no-op when it is already so).
+        auto rewrite = [&](uint64_t i, uint64_t new_high_word) {
           const uint64_t high_at = i * kInstructionBytes + 8;
-          const uint64_t high_word = load_word(base + high_at);
-          const uint64_t new_high_word =
-              steady_high_word(low_word(i), high_word, low_word(i + 1), load_word(base + high_at + kInstructionBytes));
-          if (new_high_word == high_word) continue;
+          if (new_high_word == load_word(base + high_at)) return;
           ++run.modified;
           if (output) store_word(output->data() + code.offset + high_at, new_high_word);
-        }
-        report.num_modified += run.modified;
-        report.runs.push_back(std::move(run));
-      } else if (length >= options.min_run_length) {
-        FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
-        for (int position : interleave_positions(length, options)) {
-          const uint64_t high_at = (idx + position) * kInstructionBytes + 8;
-          const uint64_t high_word = load_word(base + high_at);
-          const uint64_t new_high_word = interleaved_high_word(high_word);
-          if (new_high_word == high_word || !is_encodable(new_high_word)) continue;
-          ++run.modified;
-          if (output) store_word(output->data() + code.offset + high_at, new_high_word);
+        };
+        auto high_word = [&](uint64_t i) { return load_word(base + i * kInstructionBytes + 8); };
+        if (options.mode == FfmaPassMode::kSteady) {
+          // Every FFMA but the run's last (its successor is not an FFMA of the run).
+          for (uint64_t i = idx; i + 1 < end; ++i)
+            rewrite(i, steady_high_word(low_word(i), high_word(i), low_word(i + 1), high_word(i + 1)));
+        } else {
+          for (int position : interleave_positions(length, options)) {
+            const uint64_t i = idx + uint64_t(position);
+            const uint64_t new_high_word = interleaved_high_word(high_word(i));
+            if (is_encodable(new_high_word)) rewrite(i, new_high_word);
+          }
         }
         report.num_modified += run.modified;
         report.runs.push_back(std::move(run));
