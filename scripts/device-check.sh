@@ -2,6 +2,9 @@
 # One command on a Hopper GPU host: configure, build with all cores, run every GPU test, the sanitizers on the
 # reduced set, and the benchmark; logs and a summary land in the output directory.
 #   scripts/device-check.sh [OUT_DIR]      (default: $OUT, else ./device-check-out)
+# Steps left out with =1: FINEGEMM_SKIP_GPU_TESTS, _CHECK (checker and warm-up), _BENCH, _BENCH_READ_FLUSH, _STRESS
+# (multi-process check, up to 7 minutes), _SANITIZERS (several minutes), _PYTHON; FINEGEMM_BENCH_ARGS adds bench
+# arguments. Everything takes longer than one 10-minute device call: split it, or skip the stress and sanitizers.
 # Needs the CUDA toolkit and CMake. GoogleTest: installed, or sources in third_party/googletest
 # (cp -r /usr/src/googletest third_party/ on a Debian machine), or -DFINEGEMM_GTEST_SOURCE_DIR.
 set -uo pipefail
