@@ -181,6 +181,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.num_groups = c.num_groups;
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
   args.b_pairs = cfg.b_pairs ? 1u : 0u;
+  args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
   args.tail_first_tile = int32_t(cfg.tail_first_tile);
   args.tail_pieces = cfg.tail_pieces;
   return plan;

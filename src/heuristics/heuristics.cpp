@@ -90,8 +90,8 @@ bool multicast_enabled() {
   return enabled;
 }
 
-/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4,l2b=normal" (any subset): a developer knob for
-/// measurements.
+/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4,l2b=normal,l2d=first" (any subset): a developer
+/// knob for measurements.
 /// Candidates that differ in a named field are rejected; the other filters still apply (except the measured-speed
 /// ones on M and K for a forced bm=256, and on multicast for a forced cluster=2), so a forced configuration is always
 /// one the kernel supports (or none is found and the call fails with the usual message).
@@ -100,6 +100,7 @@ struct ForcedConfig {
   int tail = 0;        // tail split pieces: 1 = none, 0 = the heuristic's
   char multicast = 0;  // 'a', 'b' or 0
   char l2_b = 0;       // B's L2 hint: 'f' (evict-first), 'n' (normal) or 0 (the heuristic's)
+  char l2_d = 0;       // D's L2 hint on its TMA stores, as l2_b
   int b_pairs = -1;    // B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
 };
 
@@ -113,7 +114,8 @@ const ForcedConfig& forced_config() {
       const size_t eq = field.find('=');
       const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
       check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, tail, bpairs), got '", field, "'");
+                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, l2d, tail, bpairs), got '", field,
+                "'");
       if (name == "mc") {
         check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
         f.multicast = value[0];
@@ -125,6 +127,12 @@ const ForcedConfig& forced_config() {
         f.l2_b = value[0];
         continue;
       }
+      if (name == "l2d") {
+        check_arg(value == "first" || value == "normal", "FINEGEMM_FORCE_CONFIG", "l2d is first or normal, got '",
+                  value, "'");
+        f.l2_d = value[0];
+        continue;
+      }
       if (name == "bpairs") {
         check_arg(value == "0" || value == "1", "FINEGEMM_FORCE_CONFIG", "bpairs is 0 or 1, got '", value, "'");
         f.b_pairs = value == "1" ? 1 : 0;
@@ -133,7 +141,7 @@ const ForcedConfig& forced_config() {
       int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
                   : name == "stages" ? &f.stages : name == "split" ? &f.split : name == "tail" ? &f.tail : nullptr;
       check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
-                "' (bm, bn, cluster, mc, stages, split, l2b, tail, bpairs)");
+                "' (bm, bn, cluster, mc, stages, split, l2b, l2d, tail, bpairs)");
       *target = std::atoi(value.c_str());
     }
     return f;
@@ -240,7 +248,8 @@ std::string KernelConfig::describe() const {
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
   if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
   os << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
-     << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "");
+     << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
+     << (d_evict_first ? " D:evict-first" : "");
   if (tail_pieces > 1) os << " tail=" << (num_tiles - tail_first_tile) << "x" << tail_pieces;
   if (wide_tail) os << " wide-tail";
   os << " grid=" << grid
@@ -541,6 +550,25 @@ bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
   return flops <= kBPairsMaxFlopsPerByte * bytes;
 }
 
+/// D's TMA stores carry the L2 evict-first hint (GemmArgs::d_evict_first) where the output is larger than the L2 and
+/// at least kDEvictFirstMinWriteRatio times A's and B's bytes together: there D's stream, written once and never read,
+/// would otherwise push out the operand lines that later tiles read again. Measured on an H100
+/// (docs/performance-log.md, session 43; `scripts/ab-shapes/d-evict-first.csv`, us, plain / hinted, two rounds):
+/// 4096x32768x512 (D 14x A+B) 129.1, 128.8 / 126.7, 126.7; no change at 7.5x and below (2048x32768x512 67.5, 67.6 /
+/// 67.7, 67.7; 4096x24576x1536 236.4, 235.7 / 235.3, 235.7; contiguous 4x8192x7168x2048 829.9, 832.7 / 829.9,
+/// 830.2; 1024x24576x1536 61.5, 61.6 / 61.9, 61.7). Where D fits the L2 the hint would write it back during the call
+/// instead of after it (session 18: 64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us).
+constexpr double kDEvictFirstMinWriteRatio = 10.0;
+constexpr double kL2Bytes = 50e6;
+
+bool d_evict_first_pays(const Problem& p) {
+  const double rows = double(rows_for_tiles(p)) * double(tiled_groups(p));
+  const double b_groups = p.kind == GemmKind::kNormal ? 1.0 : double(p.num_groups);
+  const double d_bytes = 2.0 * rows * double(p.n);
+  const double operand_bytes = rows * double(p.k) + b_groups * double(p.n) * double(p.k);
+  return d_bytes > kL2Bytes && d_bytes >= kDEvictFirstMinWriteRatio * operand_bytes;
+}
+
 }  // namespace
 
 KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& hw) {
@@ -576,6 +604,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
   chosen.tail_first_tile =
       chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
   chosen.grid = fewest_ctas_for_the_waves(p, chosen);
+  chosen.d_evict_first = forced_config().l2_d != 0 ? forced_config().l2_d == 'f' : d_evict_first_pays(p);
   chosen.b_pairs = forced_config().b_pairs >= 0 ? forced_config().b_pairs == 1 && b_pairs_allowed(p, chosen)
                                                 : b_pairs_pay(p, chosen);
   return chosen;

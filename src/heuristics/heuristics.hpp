@@ -32,6 +32,7 @@ struct KernelConfig {
   uint32_t sa_mode = 0;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
+  bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
   /// Tail split (dense GEMMs): > 1 cuts each tile of the last, partial wave (tiles from tail_first_tile on) into this
   /// many ranges of K blocks run by different CTAs (device::GemmArgs); 1: none.
   int tail_pieces = 1;

@@ -94,10 +94,19 @@ struct EpilogueTile {
       if (row_lo == 0 && row_hi == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
         // Full rows: TMA clips columns >= N and rows past the tensor.
         if (wg_thread == 0) {
+          // D's lines evict-first (args.d_evict_first, decided on the host) where the output outgrows the L2: they
+          // then replace each other rather than the operands' lines that later tiles read again.
+          const bool hinted = args.d_evict_first != 0;
+          const uint64_t policy = hinted ? ptx::l2_policy_evict_first() : 0;
 #pragma unroll
-          for (uint32_t slab = 0; slab < kNumSlabs; ++slab)
-            ptx::tma_store_2d(&args.tma_d, smem_d + slab * kSlabBytes + wg_row0 * kSlabRowBytes,
-                              int32_t(out_col0 + slab * kSlabCols), tile.row_base + int32_t(out_row0));
+          for (uint32_t slab = 0; slab < kNumSlabs; ++slab) {
+            const void* src = smem_d + slab * kSlabBytes + wg_row0 * kSlabRowBytes;
+            const int32_t col = int32_t(out_col0 + slab * kSlabCols), row = tile.row_base + int32_t(out_row0);
+            if (hinted)
+              ptx::tma_store_2d_hinted(&args.tma_d, src, col, row, policy);
+            else
+              ptx::tma_store_2d(&args.tma_d, src, col, row);
+          }
         }
       } else if (row_hi > row_lo) {
         // Grouped edge tile or a dense last row block moved up: write only the tile's rows (and, for the contiguous

@@ -48,6 +48,7 @@ struct GemmArgs {
   int64_t ld_d;               ///< row stride of D, elements
   float* tail_partials;       ///< (tail tiles * tail_pieces, BLOCK_M * BLOCK_N) fp32 slots
   uint32_t* tail_counters;    ///< (tail tiles): pieces done; zero between calls (the last piece resets it)
+  uint32_t d_evict_first;     ///< 1: D's TMA stores carry the L2 evict-first hint (outputs larger than the L2)
 };
 
 // The scalars read at a tile's start (num_rows .. ld_sa) fill one 64-byte line: they start on a 64-byte boundary of

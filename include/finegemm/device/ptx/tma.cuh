@@ -66,6 +66,15 @@ FG_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* smem_src, int
                : "memory");
 }
 
+/// tma_store_2d with an L2 eviction policy (l2_policy_evict_first) for the lines it writes.
+FG_DEVICE void tma_store_2d_hinted(const TmaDescriptor* desc, const void* smem_src, int32_t c0, int32_t c1,
+                                   uint64_t policy) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "r"(smem_addr(smem_src)), "r"(c0), "r"(c1), "l"(policy)
+               : "memory");
+}
+
 FG_DEVICE void tma_store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 /// Waits until at most kPending bulk groups are still reading their shared-memory source.
