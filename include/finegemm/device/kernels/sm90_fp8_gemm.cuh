@@ -53,6 +53,9 @@
 // 1048576: round-robin issuers: lane 0 of producer warps 0, 2 and 3 each load A, SA and B of every third stage
 //          (dense, unclustered, MN-major SA; results stay right)
 // 2097152: the scale warp arrives once per stage (lane 0) instead of once per lane (results stay right)
+// 8388608: no math (one accumulator per warpgroup): the math warps wait for each stage and release it, without
+//          wgmmas, promotion or turns; the epilogue stores zeros. What is left is the loads' stream, the handshakes and
+//          the stores: the call's time with only its data moving.
 // 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
 //        right)
 // 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
@@ -81,6 +84,7 @@
 #define FG_EXPERIMENT_SA_WARP3 ((FG_EXPERIMENT & 524288) != 0)
 #define FG_EXPERIMENT_ROUND_ROBIN ((FG_EXPERIMENT & 1048576) != 0)
 #define FG_EXPERIMENT_SCALE_ONE_ARRIVE ((FG_EXPERIMENT & 2097152) != 0)
+#define FG_EXPERIMENT_NO_MATH ((FG_EXPERIMENT & 8388608) != 0)
 
 namespace finegemm::device {
 
@@ -872,6 +876,17 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
           next_full = false;
           if (threadIdx.x == 0) trace_once(2);
           if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) clocks.full += LoopClocks::mark() - c_start;
+          if constexpr (FG_EXPERIMENT_NO_MATH) {
+            if constexpr (decltype(is_first)::value) {
+#pragma unroll
+              for (uint32_t w = 0; w < kNumWaves; ++w)
+#pragma unroll
+                for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
+            }
+            release(pipe.stage);
+            pipe.advance();
+            return;
+          }
 #pragma unroll
           for (uint32_t w = 0; w < kNumWaves; ++w) {
             if (w >= num_waves) {
