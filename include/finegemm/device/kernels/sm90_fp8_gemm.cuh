@@ -56,6 +56,9 @@
 // 8388608: no math (one accumulator per warpgroup): the math warps wait for each stage and release it, without
 //          wgmmas, promotion or turns; the epilogue stores zeros. What is left is the loads' stream, the handshakes and
 //          the stores: the call's time with only its data moving.
+// 16777216: the life clock alone: each math warpgroup of CTA 0 adds its life in SM cycles and in ns to the words
+//           that FG_EXPERIMENT 2048 fills (no clock reads in the K loop; results stay right), so that
+//           FINEGEMM_LOOP_CLOCKS=1 prints the SM clock of an unchanged kernel (or of another switch's).
 // 16384: with turns, every K block's wgmmas as one commit group (no half batches, see gemm_batch_parts; results stay
 //        right)
 // 32768: with turns, half batches at every BLOCK_N that allows them (BLOCK_N % 16 == 0; results stay right)
@@ -85,6 +88,7 @@
 #define FG_EXPERIMENT_ROUND_ROBIN ((FG_EXPERIMENT & 1048576) != 0)
 #define FG_EXPERIMENT_SCALE_ONE_ARRIVE ((FG_EXPERIMENT & 2097152) != 0)
 #define FG_EXPERIMENT_NO_MATH ((FG_EXPERIMENT & 8388608) != 0)
+#define FG_EXPERIMENT_LIFE_CLOCK ((FG_EXPERIMENT & (2048 | 16777216)) != 0)
 
 namespace finegemm::device {
 
@@ -741,8 +745,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       static FG_DEVICE uint32_t mark() { return FG_EXPERIMENT_LOOP_CLOCKS ? ptx::clock32() : 0u; }
     } clocks;
     // The warpgroup's life (from here to the write-out below), in SM cycles and in ns: their ratio is its clock.
-    const uint32_t life_cycles_start = LoopClocks::mark();
-    const uint64_t life_ns_start = FG_EXPERIMENT_LOOP_CLOCKS ? ptx::global_timer() : 0;
+    const uint32_t life_cycles_start = FG_EXPERIMENT_LIFE_CLOCK ? ptx::clock32() : 0u;
+    const uint64_t life_ns_start = FG_EXPERIMENT_LIFE_CLOCK ? ptx::global_timer() : 0;
     struct Scales {
       float r0_first, r1_first, r0_second, r1_second;  // SA of rows r0 / r0 + 8 times SB of the first / second block
     };
@@ -1119,12 +1123,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       trace_at(5);
       trace_cycles(30, full_wait_cycles, math_life_start);
     }
-    if constexpr (FG_EXPERIMENT_LOOP_CLOCKS) {
+    if constexpr (FG_EXPERIMENT_LIFE_CLOCK) {
       // Added up over calls in the measurement words of the error-flag buffer (kLoopClockWord on); `finegemm bench`
       // prints them with FINEGEMM_LOOP_CLOCKS=1. (A printf anywhere in the kernel makes ptxas serialize every wgmma.)
       if (blockIdx.x == 0 && wg_thread == 0) {
         uint32_t* words = args.error_flags + kLoopClockWord + math_wg * kLoopClockWordsPerWarpgroup;
-        const uint32_t life_cycles = LoopClocks::mark() - life_cycles_start;
+        const uint32_t life_cycles = ptx::clock32() - life_cycles_start;
         const uint32_t life_ns = static_cast<uint32_t>(ptx::global_timer() - life_ns_start);
         const uint32_t values[kLoopClockWordsPerWarpgroup] = {clocks.batches, clocks.full,     clocks.turn,
                                                               clocks.issue,   clocks.wait,     clocks.promote,
