@@ -121,16 +121,10 @@ const ForcedConfig& forced_config() {
         f.multicast = value[0];
         continue;
       }
-      if (name == "l2b") {
-        check_arg(value == "first" || value == "normal", "FINEGEMM_FORCE_CONFIG", "l2b is first or normal, got '",
-                  value, "'");
-        f.l2_b = value[0];
-        continue;
-      }
-      if (name == "l2d") {
-        check_arg(value == "first" || value == "normal", "FINEGEMM_FORCE_CONFIG", "l2d is first or normal, got '",
-                  value, "'");
-        f.l2_d = value[0];
+      if (name == "l2b" || name == "l2d") {
+        check_arg(value == "first" || value == "normal", "FINEGEMM_FORCE_CONFIG", name,
+                  " is first or normal, got '", value, "'");
+        (name == "l2b" ? f.l2_b : f.l2_d) = value[0];
         continue;
       }
       if (name == "bpairs") {
@@ -185,6 +179,16 @@ bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
                                       c.sa_mode);
 }
 
+/// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once.
+struct CallBytes {
+  double a = 0, b = 0, d = 0;
+};
+CallBytes call_bytes(const Problem& p) {
+  const double rows = double(rows_for_tiles(p) * tiled_groups(p));
+  const double b_groups = p.kind == GemmKind::kNormal ? 1.0 : double(p.num_groups);
+  return CallBytes{rows * double(p.k), b_groups * double(p.n * p.k), 2.0 * rows * double(p.n)};
+}
+
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int64_t m_blocks = ceil_div(rows_for_tiles(p), c.block_m);
   const int64_t n_blocks = ceil_div(p.n, c.block_n);
@@ -227,16 +231,15 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   // ring the two overlap poorly (measured: BM=128 BN=16 at 128x4096x7168 ran 1.4x slower than BN=32 on an H100).
   // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
   // overheads on 4096x32768x512 (H100) were 1.24 us (BN=128) and 1.68 us (BN=160), close to this term.
-  const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
-  const bool writes_dominate = 2 * rows_for_tiles(p) * groups >= b_groups * p.k;  // D's bytes >= B's
+  const CallBytes bytes = call_bytes(p);
+  const bool writes_dominate = bytes.d >= bytes.b;
   const double slab_factor =
       writes_dominate && 2 * device::epilogue_slab_cols(uint32_t(c.block_n)) < 64 ? kNarrowSlabStoreFactor : 1.0;
   const double tile_store_s = slab_factor * 2.0 * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   const double tile_s =
       tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s + tile_store_s;
   c.tile_us = 1e6 * tile_s;
-  const double dram_bytes = double(rows_for_tiles(p) * groups) * double(p.k) + double(b_groups) * double(p.n * p.k) +
-                            2.0 * double(rows_for_tiles(p) * groups) * double(p.n);
+  const double dram_bytes = bytes.a + bytes.b + bytes.d;
   c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s) +
                    (c.split_k > 1 ? kSplitKOverheadUs : 0.0);
 }
@@ -559,14 +562,10 @@ bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
 /// 830.2; 1024x24576x1536 61.5, 61.6 / 61.9, 61.7). Where D fits the L2 the hint would write it back during the call
 /// instead of after it (session 18: 64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us).
 constexpr double kDEvictFirstMinWriteRatio = 10.0;
-constexpr double kL2Bytes = 50e6;
 
-bool d_evict_first_pays(const Problem& p) {
-  const double rows = double(rows_for_tiles(p)) * double(tiled_groups(p));
-  const double b_groups = p.kind == GemmKind::kNormal ? 1.0 : double(p.num_groups);
-  const double d_bytes = 2.0 * rows * double(p.n);
-  const double operand_bytes = rows * double(p.k) + b_groups * double(p.n) * double(p.k);
-  return d_bytes > kL2Bytes && d_bytes >= kDEvictFirstMinWriteRatio * operand_bytes;
+bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
+  const CallBytes bytes = call_bytes(p);
+  return bytes.d > hw.l2_bytes && bytes.d >= kDEvictFirstMinWriteRatio * (bytes.a + bytes.b);
 }
 
 }  // namespace
@@ -604,7 +603,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
   chosen.tail_first_tile =
       chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
   chosen.grid = fewest_ctas_for_the_waves(p, chosen);
-  chosen.d_evict_first = forced_config().l2_d != 0 ? forced_config().l2_d == 'f' : d_evict_first_pays(p);
+  chosen.d_evict_first = forced_config().l2_d != 0 ? forced_config().l2_d == 'f' : d_evict_first_pays(p, hw);
   chosen.b_pairs = forced_config().b_pairs >= 0 ? forced_config().b_pairs == 1 && b_pairs_allowed(p, chosen)
                                                 : b_pairs_pay(p, chosen);
   return chosen;

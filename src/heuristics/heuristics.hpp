@@ -18,6 +18,7 @@ struct HardwareModel {
   double sm_fp8_flops_per_s = 1979e12 / 132;  ///< dense FP8 peak per SM
   double sm_clock_hz = 1.83e9;          ///< the clock the FP8 peak is quoted at
   double sm_l2_bytes_per_s = 150e9;     ///< L2 -> SM fill rate per SM
+  double l2_bytes = 50e6;               ///< L2 cache size
 };
 
 struct KernelConfig {
