@@ -1,13 +1,13 @@
-// libFuzzer target: the cubin ELF reader and the FFMA interleave pass (src/sass).
+// libFuzzer target: the cubin ELF reader and the steady FFMA pass (src/sass).
 //
 // Contract checked: every input either succeeds or throws finegemm::Error of kind kInvalidArgument (the kind the
 // headers promise for malformed input; kInternal would mean a bounds check caught what validation missed). On
 // success the results must be self-consistent:
-//   parse_elf       every section and code section lies inside the input, code sections do not overlap;
-//   interleave_ffma the output has the input's size, differs only in bits 109 (yield) and 123 (operand-B reuse) of
-//                   instructions inside code sections, only clears them (kSteady: only sets bit 109, and may set
-//                   or clear the reuse bits 122-124), changes exactly `num_modified` instructions, agrees with
-//                   analyze_ffma, and is a fixed point of the pass.
+//   parse_elf        every section and code section lies inside the input, code sections do not overlap;
+//   steady_ffma_pass the output has the input's size, differs only in bit 109 (no yield), which it only sets, and the
+//                    reuse bits 122-124, only in register-form FFMAs followed by another in the same code section;
+//                    changes exactly `num_modified` instructions, agrees with analyze_ffma_runs, and is a fixed
+//                    point of the pass.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +20,7 @@
 
 #include "finegemm/finegemm.hpp"
 #include "sass/elf.hpp"
-#include "sass/ffma_interleave.hpp"
+#include "sass/ffma_pass.hpp"
 
 namespace {
 
@@ -29,9 +29,16 @@ using namespace finegemm::sass;
 
 constexpr uint64_t kInstructionBytes = 16;
 // Bits the pass may change, as byte masks over one 16-byte instruction: bit 109 is bit 5 of byte 13, bits 122-124
-// are bits 2-4 of byte 15 (123, operand-B reuse, is bit 3).
-constexpr int kYieldByte = 109 / 8, kReuseByte = 123 / 8;
-constexpr unsigned char kYieldMask = 1u << (109 % 8), kReuseBMask = 1u << (123 % 8), kReuseMask = 0x7u << (122 % 8);
+// are bits 2-4 of byte 15.
+constexpr int kYieldByte = 109 / 8, kReuseByte = 122 / 8;
+constexpr unsigned char kYieldMask = 1u << (109 % 8), kReuseMask = 0x7u << (122 % 8);
+static_assert(124 / 8 == kReuseByte);
+
+// Whether the instruction at `at` is an FFMA in register form (bits 0-11 of its low word 0x223).
+bool is_ffma_registers(const std::vector<char>& bytes, uint64_t at) {
+  const unsigned low = static_cast<unsigned char>(bytes[at]) | (static_cast<unsigned char>(bytes[at + 1]) & 0xfu) << 8;
+  return low == 0x223;
+}
 
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr, "fuzz_elf: contract violated: %s\n", what);
@@ -84,7 +91,7 @@ void check_image(const ElfImage& image, uint64_t input_size) {
     require(code[i - 1].offset + code[i - 1].size <= code[i].offset, "code sections overlap");
 }
 
-bool same_report(const InterleaveReport& a, const InterleaveReport& b) {
+bool same_report(const PassReport& a, const PassReport& b) {
   if (a.num_kernels != b.num_kernels || a.num_ffma != b.num_ffma || a.num_modified != b.num_modified ||
       a.runs.size() != b.runs.size())
     return false;
@@ -98,9 +105,7 @@ bool same_report(const InterleaveReport& a, const InterleaveReport& b) {
 
 // The differences between `input` and the pass's `output` are allowed ones; returns the number of changed
 // instructions.
-int count_changed_instructions(const std::vector<char>& input, const std::vector<char>& output, const ElfImage& image,
-                               FfmaPassMode mode) {
-  const bool steady = mode == FfmaPassMode::kSteady;
+int count_changed_instructions(const std::vector<char>& input, const std::vector<char>& output, const ElfImage& image) {
   require(output.size() == input.size(), "the pass changed the size of the cubin");
   std::vector<const ElfCodeSection*> code_of(input.size(), nullptr);
   for (const ElfCodeSection& c : image.code)
@@ -114,33 +119,33 @@ int count_changed_instructions(const std::vector<char>& input, const std::vector
     const ElfCodeSection* c = code_of[at];
     require(c != nullptr, "the pass changed a byte outside the code sections");
     const uint64_t within = (at - c->offset) % kInstructionBytes;
-    const unsigned char allowed = within == kYieldByte   ? kYieldMask
-                                  : within == kReuseByte ? (steady ? kReuseMask : kReuseBMask)
-                                                         : 0;
+    const unsigned char allowed = within == kYieldByte ? kYieldMask : within == kReuseByte ? kReuseMask : 0;
     require(((before ^ after) & ~allowed) == 0, "the pass changed a bit other than the yield and reuse bits");
-    if (!steady) {
-      require((after & ~before) == 0, "the interleave pass set a bit (it may only clear the yield and reuse-B bits)");
-    } else if (within == kYieldByte) {
-      require((before & ~after) == 0, "the steady pass cleared a no-yield bit (it may only set it)");
-    }
+    if (within == kYieldByte) require((before & ~after) == 0, "the pass cleared a no-yield bit (it may only set it)");
     const uint64_t instruction = c->offset + (at - c->offset) / kInstructionBytes * kInstructionBytes;
-    if (instruction != last_instruction) ++changed;
+    if (instruction != last_instruction) {
+      require(is_ffma_registers(input, instruction), "the pass changed an instruction that is no register-form FFMA");
+      const uint64_t next = instruction + kInstructionBytes;
+      require(next + kInstructionBytes <= c->offset + c->size && is_ffma_registers(input, next),
+              "the pass changed the last FFMA of a run");
+      ++changed;
+    }
     last_instruction = instruction;
   }
   return changed;
 }
 
-void check_pass(const std::vector<char>& input, const ElfImage& image, const InterleaveOptions& options) {
-  InterleaveReport analysis, report;
+void check_pass(const std::vector<char>& input, const ElfImage& image, const SteadyPassOptions& options) {
+  PassReport analysis, report;
   std::vector<char> output;
-  std::string analyze_error, interleave_error;
-  const bool analyzed = succeeds([&] { analysis = analyze_ffma(input, options); }, &analyze_error);
-  const bool rewritten = succeeds([&] { output = interleave_ffma(input, options, &report); }, &interleave_error);
-  require(analyzed == rewritten && analyze_error == interleave_error,
-          "analyze_ffma and interleave_ffma disagree on whether the input is valid");
+  std::string analyze_error, pass_error;
+  const bool analyzed = succeeds([&] { analysis = analyze_ffma_runs(input, options); }, &analyze_error);
+  const bool rewritten = succeeds([&] { output = steady_ffma_pass(input, options, &report); }, &pass_error);
+  require(analyzed == rewritten && analyze_error == pass_error,
+          "analyze_ffma_runs and steady_ffma_pass disagree on whether the input is valid");
   if (!rewritten) return;
 
-  require(same_report(analysis, report), "analyze_ffma and interleave_ffma report differently");
+  require(same_report(analysis, report), "analyze_ffma_runs and steady_ffma_pass report differently");
   require(report.num_kernels == int(image.code.size()), "num_kernels is not the number of code sections");
   int modified = 0, in_runs = 0;
   for (const FfmaRun& run : report.runs) {
@@ -151,11 +156,11 @@ void check_pass(const std::vector<char>& input, const ElfImage& image, const Int
   }
   require(modified == report.num_modified, "num_modified is not the sum over the runs");
   require(in_runs <= report.num_ffma, "the runs hold more FFMAs than num_ffma");
-  require(count_changed_instructions(input, output, image, options.mode) == report.num_modified,
+  require(count_changed_instructions(input, output, image) == report.num_modified,
           "the number of changed instructions is not num_modified");
 
-  InterleaveReport again;
-  const std::vector<char> twice = interleave_ffma(output, options, &again);
+  PassReport again;
+  const std::vector<char> twice = steady_ffma_pass(output, options, &again);
   require(twice == output && again.num_modified == 0, "the pass is not idempotent");
   (void)report.to_string();
 }
@@ -172,9 +177,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!succeeds([&] { sm = cubin_sm_version(image); })) return 0;
   (void)sm;
 
-  check_pass(input, image, InterleaveOptions{});
-  check_pass(input, image, InterleaveOptions{.min_run_length = 1, .fraction = 1.0});
-  check_pass(input, image, InterleaveOptions{.mode = FfmaPassMode::kSteady});
-  check_pass(input, image, InterleaveOptions{.min_run_length = 1, .mode = FfmaPassMode::kSteady});
+  check_pass(input, image, SteadyPassOptions{});
+  check_pass(input, image, SteadyPassOptions{.min_run_length = 1});
   return 0;
 }

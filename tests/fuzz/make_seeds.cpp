@@ -18,7 +18,7 @@
 
 #include "jit/disk_cache.hpp"
 #include "sass/elf.hpp"
-#include "sass/ffma_interleave.hpp"
+#include "sass/ffma_pass.hpp"
 
 #ifndef FINEGEMM_FUZZ_CACHE_KEY
 #error "FINEGEMM_FUZZ_CACHE_KEY (the key of the fuzzed entry) must be defined by the build"
@@ -168,7 +168,7 @@ void write_cubin(const fs::path& path, const std::vector<char>& cubin) {
   write_file(path, cubin);
   std::string what;
   try {
-    what = finegemm::sass::analyze_ffma(cubin, {}).to_string();
+    what = finegemm::sass::analyze_ffma_runs(cubin).to_string();
   } catch (const std::exception& e) {
     what = e.what();
   }

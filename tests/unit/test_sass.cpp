@@ -1,23 +1,23 @@
-// Tests of the cubin post-pass (src/sass): the ELF reader and the FFMA interleave pass.
+// Tests of the cubin post-pass (src/sass): the ELF reader and the steady FFMA pass.
 //
-// Cubins are compiled here with NVRTC for sm_90a (no GPU needed). The listing comparisons use nvdisasm; without it
-// those tests report SKIPPED and say how to install it. nvdisasm is found through FINEGEMM_NVDISASM, PATH,
-// $CUDA_HOME/bin, /usr/local/cuda/bin, then the PyPI package nvidia-cuda-nvdisasm (scripts/find-nvdisasm.sh does
-// the same search from a shell).
+// Cubins are compiled here with NVRTC for sm_90a (no GPU needed); a hand-built cubin pins the pass's bit rules one
+// instruction at a time. The listing comparisons use nvdisasm; without it those tests report SKIPPED and say how to
+// install it. nvdisasm is found through FINEGEMM_NVDISASM, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, then the PyPI
+// package nvidia-cuda-nvdisasm (scripts/find-nvdisasm.sh does the same search from a shell).
 #include <gtest/gtest.h>
 #include <nvrtc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <set>
@@ -27,24 +27,25 @@
 
 #include "finegemm/finegemm.hpp"
 #include "sass/elf.hpp"
-#include "sass/ffma_interleave.hpp"
+#include "sass/ffma_pass.hpp"
 
 namespace {
 
 using finegemm::Error;
-using finegemm::sass::analyze_ffma;
+using finegemm::sass::analyze_ffma_runs;
 using finegemm::sass::ElfImage;
-using finegemm::sass::FfmaPassMode;
 using finegemm::sass::FfmaRun;
-using finegemm::sass::interleave_ffma;
-using finegemm::sass::interleave_positions;
-using finegemm::sass::InterleaveOptions;
-using finegemm::sass::InterleaveReport;
 using finegemm::sass::parse_elf;
+using finegemm::sass::PassReport;
+using finegemm::sass::steady_ffma_pass;
+using finegemm::sass::SteadyPassOptions;
 
-// Bits of the high 64-bit word of an instruction that the pass may clear (instruction bits 109 and 123).
-constexpr uint64_t kYieldBitHigh = 1ull << (109 - 64);
-constexpr uint64_t kReuseBHigh = 1ull << (123 - 64);
+// Fields of the high 64-bit word of an instruction (instruction bit n is bit n - 64 there): the stall count (bits
+// 105-108), the no-yield bit (109) and the reuse flags of operands A, B, C (122-124). The pass changes only the last
+// two.
+constexpr int kStallShiftHigh = 105 - 64;
+constexpr uint64_t kNoYieldBitHigh = 1ull << (109 - 64);
+constexpr uint64_t kReuseBitsHigh = 0x7ull << (122 - 64);
 constexpr int kPromotionBlockN = 128;  // accumulator registers per thread = BLOCK_N / 2
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -187,32 +188,109 @@ void expect_invalid(Fn&& fn, const std::string& needle, const std::string& conte
 
 void expect_rejected(const std::vector<char>& bytes, const std::string& needle, const std::string& context) {
   expect_invalid([&] { parse_elf(bytes); }, needle, context + " (parse_elf)");
-  expect_invalid([&] { interleave_ffma(bytes, {}); }, needle, context + " (interleave_ffma)");
-  expect_invalid([&] { analyze_ffma(bytes, {}); }, needle, context + " (analyze_ffma)");
+  expect_invalid([&] { steady_ffma_pass(bytes); }, needle, context + " (steady_ffma_pass)");
+  expect_invalid([&] { analyze_ffma_runs(bytes); }, needle, context + " (analyze_ffma_runs)");
 }
 
-// The rule, written out independently of the library: odd positions below floor(length * fraction).
-std::set<int> expected_positions(int length, const InterleaveOptions& options) {
-  std::set<int> positions;
-  if (length < options.min_run_length) return positions;
-  const int head = static_cast<int>(std::floor(length * options.fraction));
-  for (int p = 1; p < head; p += 2) positions.insert(p);
-  return positions;
+// File offset of the `.text.<kernel>` section.
+uint64_t code_offset(const ElfImage& image, const std::string& kernel) {
+  for (const auto& code : image.code)
+    if (code.kernel == kernel) return code.offset;
+  throw std::runtime_error("no code section .text." + kernel);
 }
 
-// File offsets of the high words the pass is expected to change, from a report's runs.
-std::set<uint64_t> expected_changed_high_words(const std::vector<char>& cubin, const InterleaveReport& report,
-                                               const InterleaveOptions& options) {
+// The promotion runs as ptxas compiles them in the GEMM kernels: every other FFMA yields its issue slot and, yielding,
+// carries no reuse flag (ptxas never emits one on a yielding instruction). ptxas compiles the test kernels' runs
+// without yields; this gives the pass runs of the GEMM kernels' kind to start from. The last FFMA of each run, and any
+// with stall count 0, keep their encoding.
+std::vector<char> with_ptxas_yields(const std::vector<char>& cubin) {
+  std::vector<char> out = cubin;
   const ElfImage image = parse_elf(cubin);
-  std::map<std::string, uint64_t> section_offset;
-  for (const auto& code : image.code) section_offset[code.kernel] = code.offset;
-  std::set<uint64_t> changed;
-  for (const FfmaRun& run : report.runs)
-    for (int position : expected_positions(run.length, options)) {
-      const uint64_t at = section_offset.at(run.kernel) + run.first_offset + 16ull * position + 8;
-      if (load_u64(cubin, at) & (kYieldBitHigh | kReuseBHigh)) changed.insert(at);
+  for (const FfmaRun& run : analyze_ffma_runs(cubin).runs)
+    for (int i = 1; i + 1 < run.length; i += 2) {
+      const uint64_t at = code_offset(image, run.kernel) + run.first_offset + 16ull * i + 8;
+      const uint64_t high = load_u64(cubin, at);
+      if (((high >> kStallShiftHigh) & 0xf) != 0) patch<uint64_t>(out, at, high & ~(kNoYieldBitHigh | kReuseBitsHigh));
     }
-  return changed;
+  return out;
+}
+
+const std::vector<char>& yielding_cubin() {
+  static const std::vector<char> cubin = with_ptxas_yields(gemm_like_cubin());
+  return cubin;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hand-built code: one instruction at a time
+// ---------------------------------------------------------------------------------------------------------------
+
+using Instruction = std::array<uint64_t, 2>;  // low word, high word
+
+// Control bits of an instruction: stall count (bits 105-108), yield (bit 109 clear), reuse flags of A, B, C (122-124).
+// Both barrier fields hold 7 (none), as ptxas writes them.
+struct Control {
+  int stall = 1;
+  bool yield = false;
+  int reuse = 0;  // kA | kB | kC
+};
+constexpr int kA = 1, kB = 2, kC = 4;
+constexpr int kRZ = 255;  // the zero register
+
+uint64_t control_bits(Control c) {
+  return uint64_t(c.stall) << kStallShiftHigh | (c.yield ? 0 : kNoYieldBitHigh) | uint64_t(c.reuse) << (122 - 64) |
+         0x3full << (110 - 64);
+}
+
+// FFMA Rd, Ra, Rb, Rc under predicate PT, in register form (opcode bits 0x223).
+Instruction ffma(int rd, int ra, int rb, int rc, Control c) {
+  return {0x7223 | uint64_t(rd) << 16 | uint64_t(ra) << 24 | uint64_t(rb) << 32, uint64_t(rc) | control_bits(c)};
+}
+
+// FFMA Rd, Ra, 1.5, Rc: the immediate form (opcode bits 0x423), which the pass does not match.
+Instruction ffma_immediate(int rd, int ra, int rc) {
+  constexpr uint64_t kOnePointFive = 0x3fc00000;
+  return {0x7423 | uint64_t(rd) << 16 | uint64_t(ra) << 24 | kOnePointFive << 32, uint64_t(rc) | control_bits({})};
+}
+
+// A cubin of one `.text.synthetic` section holding `code`, laid out as CUDA 13 writes cubins (ELF ABI version 8, the
+// SM in e_flags bits 8-15): enough for parse_elf and the pass, not for the driver.
+std::vector<char> synthetic_cubin(const std::vector<Instruction>& code) {
+  constexpr uint64_t kCodeOffset = 128;
+  const std::string names = std::string("\0.shstrtab\0.text.synthetic\0", 27);
+  const uint64_t names_offset = kCodeOffset + 16 * code.size();
+  const uint64_t section_table = (names_offset + names.size() + 7) / 8 * 8;
+  std::vector<char> bytes(section_table + 3 * 64, '\0');
+  const char ident[] = {0x7f, 'E', 'L', 'F', 2 /* ELF64 */, 1 /* little-endian */, 1 /* version */, 0x41, 8};
+  std::copy(std::begin(ident), std::end(ident), bytes.begin());
+  patch<uint16_t>(bytes, 16, 2);                                  // e_type: ET_EXEC
+  patch<uint16_t>(bytes, 18, finegemm::sass::kElfMachineCuda);
+  patch<uint32_t>(bytes, 20, 1);                                  // e_version
+  patch<uint64_t>(bytes, 40, section_table);                      // e_shoff
+  patch<uint32_t>(bytes, 48, 90 << 8);                            // e_flags: sm_90
+  patch<uint16_t>(bytes, 52, 64);                                 // e_ehsize
+  patch<uint16_t>(bytes, 58, 64);                                 // e_shentsize
+  patch<uint16_t>(bytes, 60, 3);                                  // e_shnum
+  patch<uint16_t>(bytes, 62, 1);                                  // e_shstrndx
+  for (size_t i = 0; i < code.size(); ++i) {
+    patch<uint64_t>(bytes, kCodeOffset + 16 * i, code[i][0]);
+    patch<uint64_t>(bytes, kCodeOffset + 16 * i + 8, code[i][1]);
+  }
+  std::copy(names.begin(), names.end(), bytes.begin() + static_cast<std::ptrdiff_t>(names_offset));
+  // Section headers: [1] .shstrtab, [2] .text.synthetic (SHF_ALLOC | SHF_EXECINSTR, 128-byte aligned).
+  auto section = [&](int index, uint32_t name, uint32_t type, uint64_t flags, uint64_t offset, uint64_t size,
+                     uint64_t align) {
+    const uint64_t at = section_table + 64 * uint64_t(index);
+    patch<uint32_t>(bytes, at + 0, name);
+    patch<uint32_t>(bytes, at + 4, type);
+    patch<uint64_t>(bytes, at + 8, flags);
+    patch<uint64_t>(bytes, at + 24, offset);
+    patch<uint64_t>(bytes, at + 32, size);
+    patch<uint64_t>(bytes, at + 48, align);
+  };
+  section(1, 1, finegemm::sass::kElfSectionStrtab, 0, names_offset, names.size(), 1);
+  section(2, 11, finegemm::sass::kElfSectionProgbits, 0x2 | finegemm::sass::kElfFlagExecInstr, kCodeOffset,
+          16 * code.size(), 128);
+  return bytes;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -465,93 +543,171 @@ TEST(SassElf, RejectsOutOfRangeSectionTable) {
   const ElfImage image = parse_elf(cubin);
   bytes = cubin;
   patch<uint64_t>(bytes, shoff + 64 * image.code.front().section_index + 32, image.code.front().size - 4);
-  expect_invalid([&] { interleave_ffma(bytes, {}); }, "16-byte instructions", "odd code size");
+  expect_invalid([&] { steady_ffma_pass(bytes); }, "16-byte instructions", "odd code size");
 }
 
 TEST(SassElf, RejectsOtherMachinesAndArchitectures) {
   std::vector<char> x86 = gemm_like_cubin();
   patch<uint16_t>(x86, 18, 62);  // EM_X86_64
-  expect_invalid([&] { interleave_ffma(x86, {}); }, "not a CUDA cubin", "x86-64 ELF");
+  expect_invalid([&] { steady_ffma_pass(x86); }, "not a CUDA cubin", "x86-64 ELF");
 
   std::vector<char> future_abi = gemm_like_cubin();
   future_abi[8] = 9;
-  expect_invalid([&] { interleave_ffma(future_abi, {}); }, "ABI version 9", "unknown ABI");
+  expect_invalid([&] { steady_ffma_pass(future_abi); }, "ABI version 9", "unknown ABI");
 
   const std::vector<char> sm80 = compile_cubin(kOtherKernelsSource, "sm_80");
-  expect_invalid([&] { interleave_ffma(sm80, {}); }, "sm_80", "sm_80 cubin");
+  expect_invalid([&] { steady_ffma_pass(sm80); }, "sm_80", "sm_80 cubin");
   const std::vector<char> sm100 = compile_cubin(kTrivialKernelSource, "sm_100a");
-  expect_invalid([&] { analyze_ffma(sm100, {}); }, "sm_100", "sm_100a cubin");
+  expect_invalid([&] { analyze_ffma_runs(sm100); }, "sm_100", "sm_100a cubin");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The pass, CPU only
+// The steady pass, CPU only
 // ---------------------------------------------------------------------------------------------------------------
 
-TEST(SassInterleave, FindsThePromotionRun) {
-  const InterleaveReport report = analyze_ffma(gemm_like_cubin(), {});
-  EXPECT_EQ(report.num_kernels, 3);
-  const FfmaRun* promotion = nullptr;
-  for (const FfmaRun& run : report.runs)
-    if (run.kernel == "promote" && (!promotion || run.length > promotion->length)) promotion = &run;
-  ASSERT_NE(promotion, nullptr) << report.to_string();
+TEST(SassSteadyPass, RewritesAHandBuiltRunByTheBitRules) {
+  // Each FFMA of a run but its last: no yield, and reuse exactly on the slots whose register the next FFMA reads in
+  // the same slot, unless it is RZ or the register this FFMA writes. Everything else keeps its bits.
+  constexpr uint64_t kFtzHigh = 1ull << (80 - 64);  // .FTZ: not a control bit
+  std::vector<Instruction> before = {
+      ffma(8, 2, 3, 8, {.stall = 1, .yield = true}),                 // 0: next reads R2, R3 in A, B
+      ffma(9, 2, 3, 9, {.stall = 2, .reuse = kA | kB | kC}),         // 1: next reads R3 in B; C's flag is wrong
+      ffma(10, kRZ, 3, 10, {.stall = 1, .yield = true}),             // 2: next reads RZ in A: no reuse of RZ
+      ffma(11, kRZ, 4, 11, {.stall = 1}),                            // 3: next reads R4 in B
+      ffma(4, 5, 4, 12, {.stall = 1, .yield = true}),                // 4: next reads R5, R4, R12; R4 is written here
+      ffma(13, 5, 4, 12, {.stall = 0, .yield = true}),               // 5: stall 0: left as compiled
+      ffma(14, 5, 6, 14, {.stall = 3}),                              // 6: next reads R5, R6 in A, B; .FTZ
+      ffma(15, 5, 6, 15, {.stall = 1, .reuse = kA | kB}),            // 7: already so
+      ffma(16, 5, 6, 16, {.stall = 1, .yield = true}),               // 8: next reads R6 in B
+      ffma(17, 7, 6, 17, {.stall = 1, .yield = true, .reuse = kB}),  // 9: the run's last: left as compiled
+      ffma_immediate(18, 7, 18),                                     // not a register-form FFMA: ends the run
+      ffma(20, 2, 3, 20, {.stall = 1, .yield = true}),               // a run of 3, shorter than min_run_length
+      ffma(21, 2, 3, 21, {.stall = 1, .yield = true}),
+      ffma(22, 2, 3, 22, {.stall = 1, .yield = true}),
+  };
+  before[6][1] |= kFtzHigh;
+  std::vector<Instruction> expected = before;
+  expected[0] = ffma(8, 2, 3, 8, {.stall = 1, .reuse = kA | kB});
+  expected[1] = ffma(9, 2, 3, 9, {.stall = 2, .reuse = kB});
+  expected[2] = ffma(10, kRZ, 3, 10, {.stall = 1});
+  expected[3] = ffma(11, kRZ, 4, 11, {.stall = 1, .reuse = kB});
+  expected[4] = ffma(4, 5, 4, 12, {.stall = 1, .reuse = kA | kC});
+  expected[6] = ffma(14, 5, 6, 14, {.stall = 3, .reuse = kA | kB});
+  expected[6][1] |= kFtzHigh;
+  expected[8] = ffma(16, 5, 6, 16, {.stall = 1, .reuse = kB});
+
+  const std::vector<char> cubin = synthetic_cubin(before);
+  PassReport report;
+  EXPECT_EQ(steady_ffma_pass(cubin, {}, &report), synthetic_cubin(expected));
+  EXPECT_EQ(report.num_kernels, 1);
+  EXPECT_EQ(report.num_ffma, 13);
+  ASSERT_EQ(report.runs.size(), 1u) << report.to_string();
+  EXPECT_EQ(report.runs[0].kernel, "synthetic");
+  EXPECT_EQ(report.runs[0].first_offset, 0u);
+  EXPECT_EQ(report.runs[0].length, 10);
+  EXPECT_EQ(report.runs[0].modified, 7);
+  EXPECT_EQ(report.num_modified, 7);
+  EXPECT_EQ(analyze_ffma_runs(cubin).to_string(), report.to_string());
+
+  // With min_run_length 3, the short run's first two FFMAs are rewritten too (its last is left as compiled).
+  expected[11] = ffma(20, 2, 3, 20, {.stall = 1, .reuse = kA | kB});
+  expected[12] = ffma(21, 2, 3, 21, {.stall = 1, .reuse = kA | kB});
+  EXPECT_EQ(steady_ffma_pass(cubin, {.min_run_length = 3}, &report), synthetic_cubin(expected));
+  ASSERT_EQ(report.runs.size(), 2u) << report.to_string();
+  EXPECT_EQ(report.runs[1].first_offset, 16u * 11);
+  EXPECT_EQ(report.runs[1].length, 3);
+  EXPECT_EQ(report.runs[1].modified, 2);
+  EXPECT_EQ(report.num_modified, 9);
+  EXPECT_EQ(steady_ffma_pass(synthetic_cubin(expected), {.min_run_length = 3}), synthetic_cubin(expected));
+}
+
+TEST(SassSteadyPass, FindsThePromotionRun) {
+  const PassReport compiled = analyze_ffma_runs(gemm_like_cubin());
+  EXPECT_EQ(compiled.num_kernels, 3);
+  auto promotion_run = [](const PassReport& report) {
+    const FfmaRun* promotion = nullptr;
+    for (const FfmaRun& run : report.runs)
+      if (run.kernel == "promote" && (!promotion || run.length > promotion->length)) promotion = &run;
+    return promotion;
+  };
+  const FfmaRun* promotion = promotion_run(compiled);
+  ASSERT_NE(promotion, nullptr) << compiled.to_string();
   // One FFMA per accumulator register; ptxas keeps them back to back after the wgmma wait.
-  EXPECT_EQ(promotion->length, kPromotionBlockN / 2) << report.to_string();
-  EXPECT_EQ(promotion->modified, static_cast<int>(expected_positions(promotion->length, {}).size()));
-  EXPECT_NE(report.to_string().find("promote"), std::string::npos);
+  EXPECT_EQ(promotion->length, kPromotionBlockN / 2) << compiled.to_string();
+  // ptxas compiles the test kernels' runs without yields, with the reuse flags the rule gives: nothing to change.
+  EXPECT_EQ(compiled.num_modified, 0) << compiled.to_string();
+  EXPECT_NE(compiled.to_string().find("promote"), std::string::npos);
+  EXPECT_NE(compiled.to_string().find("steady FFMA pass (v3)"), std::string::npos) << compiled.to_string();
+
+  // Where every other FFMA yields (positions 1, 3, ..., 61 of 64), the pass rewrites each of them.
+  const PassReport yielding = analyze_ffma_runs(yielding_cubin());
+  promotion = promotion_run(yielding);
+  ASSERT_NE(promotion, nullptr) << yielding.to_string();
+  EXPECT_EQ(promotion->length, kPromotionBlockN / 2);
+  EXPECT_EQ(promotion->modified, (promotion->length - 1) / 2) << yielding.to_string();
 }
 
-TEST(SassInterleave, ChangesOnlyYieldAndReuseBitsOfSelectedFfmas) {
-  const std::vector<char>& before = gemm_like_cubin();
-  const InterleaveOptions options;
-  InterleaveReport report;
-  const std::vector<char> after = interleave_ffma(before, options, &report);
+TEST(SassSteadyPass, OnlyTheRunsControlBitsChange) {
+  const std::vector<char>& before = yielding_cubin();
+  PassReport report;
+  const std::vector<char> after = steady_ffma_pass(before, {}, &report);
   ASSERT_EQ(after.size(), before.size());
   ASSERT_GT(report.num_modified, 0) << report.to_string();
 
-  const std::set<uint64_t> expected = expected_changed_high_words(before, report, options);
-  EXPECT_EQ(static_cast<int>(expected.size()), report.num_modified);
-  bool cleared_reuse = false;
-  for (uint64_t at : expected) cleared_reuse |= (load_u64(before, at) & kReuseBHigh) != 0;
-  EXPECT_TRUE(cleared_reuse) << "the kernels should exercise clearing operand-B reuse";
-
+  // The high words of every FFMA of a run but its last may change; nothing else may.
+  std::set<uint64_t> candidates;
+  std::set<uint64_t> last_of_run;
+  const ElfImage image = parse_elf(before);
+  for (const FfmaRun& run : report.runs)
+    for (int i = 0; i < run.length; ++i) {
+      const uint64_t high_at = code_offset(image, run.kernel) + run.first_offset + 16 * uint64_t(i) + 8;
+      (i + 1 < run.length ? candidates : last_of_run).insert(high_at);
+    }
+  int changed = 0;
   for (uint64_t at = 0; at + 8 <= before.size(); at += 8) {
     const uint64_t x = load_u64(before, at), y = load_u64(after, at);
-    if (expected.count(at)) {
-      EXPECT_EQ(y, x & ~(kYieldBitHigh | kReuseBHigh)) << "at byte " << at;
-    } else {
-      EXPECT_EQ(x, y) << "unexpected change at byte " << at;
+    if (!candidates.count(at)) {
+      EXPECT_EQ(x, y) << "changed outside the runs' FFMAs (or a run's last one) at byte " << at;
+      continue;
     }
+    changed += x != y;
+    EXPECT_EQ(x & ~(kNoYieldBitHigh | kReuseBitsHigh), y & ~(kNoYieldBitHigh | kReuseBitsHigh)) << "at byte " << at;
+    EXPECT_NE(y & kNoYieldBitHigh, 0u) << "an FFMA of a run still yields, at byte " << at;
   }
   for (uint64_t at = before.size() / 8 * 8; at < before.size(); ++at) EXPECT_EQ(before[at], after[at]);
+  EXPECT_EQ(changed, report.num_modified);
+  EXPECT_FALSE(last_of_run.empty());
 
+  // ptxas compiled the test kernels' runs without yields: the steady pass gives back exactly its encoding.
+  EXPECT_EQ(after, gemm_like_cubin());
   // The output reads back with the same section table, and the analysis of the input predicted the rewrite.
-  const ElfImage in = parse_elf(before), out = parse_elf(after);
-  EXPECT_EQ(in.sections, out.sections);
-  EXPECT_EQ(in.code, out.code);
-  const InterleaveReport analysis = analyze_ffma(before, options);
-  EXPECT_EQ(analysis.to_string(), report.to_string());
+  const ElfImage out = parse_elf(after);
+  EXPECT_EQ(image.sections, out.sections);
+  EXPECT_EQ(image.code, out.code);
+  EXPECT_EQ(analyze_ffma_runs(before).to_string(), report.to_string());
   // Applying the pass twice changes nothing more.
-  InterleaveReport again;
-  EXPECT_EQ(interleave_ffma(after, options, &again), after);
+  PassReport again;
+  EXPECT_EQ(steady_ffma_pass(after, {}, &again), after);
   EXPECT_EQ(again.num_modified, 0);
 }
 
-TEST(SassInterleave, NoQualifyingRunsIsByteIdentical) {
-  InterleaveReport report;
-  EXPECT_EQ(interleave_ffma(trivial_cubin(), {}, &report), trivial_cubin());
+TEST(SassSteadyPass, NoQualifyingRunIsByteIdentical) {
+  PassReport report;
+  EXPECT_EQ(steady_ffma_pass(trivial_cubin(), {}, &report), trivial_cubin());
   EXPECT_EQ(report.num_kernels, 1);
   EXPECT_EQ(report.num_ffma, 0);
   EXPECT_TRUE(report.runs.empty());
   EXPECT_EQ(report.num_modified, 0);
 
-  const std::vector<char>& cubin = gemm_like_cubin();
-  EXPECT_EQ(interleave_ffma(cubin, {.min_run_length = 1000}), cubin);
-  EXPECT_EQ(interleave_ffma(cubin, {.min_run_length = 8, .fraction = 0.0}), cubin);
+  const std::vector<char>& cubin = yielding_cubin();
+  EXPECT_EQ(steady_ffma_pass(cubin, {.min_run_length = 1000}, &report), cubin);
+  EXPECT_TRUE(report.runs.empty());
+  EXPECT_EQ(report.num_modified, 0);
 }
 
-TEST(SassInterleave, OptionsSelectRunsAndPositions) {
-  const std::vector<char>& cubin = gemm_like_cubin();
-  const InterleaveReport all = analyze_ffma(cubin, {.min_run_length = 1});
+TEST(SassSteadyPass, MinRunLengthSelectsTheRuns) {
+  const std::vector<char>& cubin = yielding_cubin();
+  const PassReport all = analyze_ffma_runs(cubin, {.min_run_length = 1});
   int longest = 0, total = 0;
   for (const FfmaRun& run : all.runs) {
     longest = std::max(longest, run.length);
@@ -559,71 +715,41 @@ TEST(SassInterleave, OptionsSelectRunsAndPositions) {
   }
   EXPECT_EQ(total, all.num_ffma);
 
-  // min_run_length filters runs by length.
   for (int min_run_length : {2, 8, 24, 25, longest, longest + 1}) {
-    const InterleaveReport report = analyze_ffma(cubin, {.min_run_length = min_run_length});
+    PassReport report;
+    const std::vector<char> after = steady_ffma_pass(cubin, {.min_run_length = min_run_length}, &report);
     std::vector<std::pair<uint64_t, int>> expected, got;
+    int expected_modified = 0;
     for (const FfmaRun& run : all.runs)
-      if (run.length >= min_run_length) expected.emplace_back(run.first_offset, run.length);
+      if (run.length >= min_run_length) {
+        expected.emplace_back(run.first_offset, run.length);
+        expected_modified += run.modified;
+      }
     for (const FfmaRun& run : report.runs) got.emplace_back(run.first_offset, run.length);
     EXPECT_EQ(got, expected) << "min_run_length " << min_run_length;
     EXPECT_EQ(report.num_ffma, all.num_ffma);
+    EXPECT_EQ(report.num_modified, expected_modified) << "min_run_length " << min_run_length;
+    EXPECT_EQ(after == cubin, expected_modified == 0) << "min_run_length " << min_run_length;
   }
-  EXPECT_TRUE(analyze_ffma(cubin, {.min_run_length = longest + 1}).runs.empty());
-
-  // fraction widens the head of each run that is touched; the changes nest.
-  std::set<uint64_t> previous;
-  for (double fraction : {0.0, 0.25, 9.0 / 16.0, 1.0}) {
-    const InterleaveOptions options{.min_run_length = 8, .fraction = fraction};
-    InterleaveReport report;
-    const std::vector<char> after = interleave_ffma(cubin, options, &report);
-    const std::set<uint64_t> expected = expected_changed_high_words(cubin, report, options);
-    std::set<uint64_t> changed;
-    for (uint64_t at = 0; at + 8 <= cubin.size(); at += 8)
-      if (load_u64(cubin, at) != load_u64(after, at)) changed.insert(at);
-    EXPECT_EQ(changed, expected) << "fraction " << fraction;
-    EXPECT_EQ(report.num_modified, static_cast<int>(changed.size()));
-    EXPECT_TRUE(std::includes(changed.begin(), changed.end(), previous.begin(), previous.end()));
-    if (fraction > 0.0) {
-      EXPECT_GT(changed.size(), previous.size()) << "fraction " << fraction;
-    }
-    previous = changed;
-  }
+  EXPECT_TRUE(analyze_ffma_runs(cubin, {.min_run_length = longest + 1}).runs.empty());
 }
 
-TEST(SassInterleave, PositionsFollowTheRule) {
-  const InterleaveOptions seed;
-  EXPECT_EQ(interleave_positions(64, seed), (std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
-                                                              29, 31, 33, 35}));
-  EXPECT_TRUE(interleave_positions(7, seed).empty());
-  EXPECT_EQ(interleave_positions(8, seed), (std::vector<int>{1, 3}));  // floor(8 * 9/16) = 4
-  EXPECT_EQ(interleave_positions(9, {.min_run_length = 2, .fraction = 1.0}), (std::vector<int>{1, 3, 5, 7}));
-  EXPECT_TRUE(interleave_positions(100, {.min_run_length = 2, .fraction = 0.0}).empty());
-  for (int length = 0; length < 100; ++length)
-    for (double fraction : {0.0, 0.3, 0.5, 9.0 / 16.0, 1.0}) {
-      const InterleaveOptions options{.min_run_length = 4, .fraction = fraction};
-      const std::vector<int> got = interleave_positions(length, options);
-      const std::set<int> expected = expected_positions(length, options);
-      EXPECT_EQ(std::set<int>(got.begin(), got.end()), expected) << length << " " << fraction;
-    }
-
+TEST(SassSteadyPass, RejectsInvalidOptions) {
   const std::vector<char>& cubin = gemm_like_cubin();
-  expect_invalid([&] { interleave_ffma(cubin, {.min_run_length = 0}); }, "min_run_length", "min_run_length 0");
-  expect_invalid([&] { interleave_ffma(cubin, {.min_run_length = 8, .fraction = -0.1}); }, "fraction", "-0.1");
-  expect_invalid([&] { analyze_ffma(cubin, {.min_run_length = 8, .fraction = 1.5}); }, "fraction", "1.5");
-  expect_invalid([&] { interleave_positions(8, {.min_run_length = 8, .fraction = std::nan("")}); }, "fraction", "NaN");
+  expect_invalid([&] { steady_ffma_pass(cubin, {.min_run_length = 0}); }, "min_run_length", "min_run_length 0");
+  expect_invalid([&] { analyze_ffma_runs(cubin, {.min_run_length = -8}); }, "min_run_length", "min_run_length -8");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The pass, checked against nvdisasm
+// The steady pass, checked against nvdisasm
 // ---------------------------------------------------------------------------------------------------------------
 
-TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
+TEST(SassSteadyPassNvdisasm, ListingsDifferOnlyInTheRunsYieldAndReuse) {
   REQUIRE_NVDISASM();
-  const std::vector<char>& before = gemm_like_cubin();
-  const InterleaveOptions options;
-  InterleaveReport report;
-  const std::vector<char> after = interleave_ffma(before, options, &report);
+  const std::vector<char>& before = yielding_cubin();
+  const SteadyPassOptions options;
+  PassReport report;
+  const std::vector<char> after = steady_ffma_pass(before, options, &report);
 
   const Listing a = disassemble(before), b = disassemble(after);
   ASSERT_EQ(a.run.exit_code, 0) << a.run.output;
@@ -632,8 +758,9 @@ TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
   ASSERT_FALSE(a.instructions.empty());
   ASSERT_EQ(a.instructions.size(), b.instructions.size());
 
-  // FFMA runs and the instructions to change, found from nvdisasm's text (not from the library's opcode match).
-  std::set<std::pair<std::string, uint64_t>> selected;
+  // FFMA runs and the instructions that may change (each FFMA of a run but its last), found from nvdisasm's text (not
+  // from the library's opcode match).
+  std::set<std::pair<std::string, uint64_t>> rewritable;
   int num_ffma = 0, num_runs = 0;
   for (size_t i = 0; i < a.instructions.size();) {
     if (!ffma_register_sources(a.instructions[i].text)) {
@@ -649,20 +776,19 @@ TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
     num_ffma += length;
     if (length >= options.min_run_length) {
       ++num_runs;
-      for (int p : expected_positions(length, options)) {
-        const SassInstruction& inst = a.instructions[i + p];
-        ASSERT_NE((inst.high >> (105 - 64)) & 0xf, 0u) << "stall 0 in a run: " << inst.text;
-        if (inst.high & (kYieldBitHigh | kReuseBHigh)) selected.insert({inst.section, inst.offset});
+      for (size_t j = i; j + 1 < end; ++j) {
+        const SassInstruction& inst = a.instructions[j];
+        ASSERT_NE((inst.high >> kStallShiftHigh) & 0xf, 0u) << "stall 0 in a run: " << inst.text;
+        rewritable.insert({inst.section, inst.offset});
       }
     }
     i = end;
   }
   EXPECT_EQ(num_ffma, report.num_ffma) << "the opcode match and nvdisasm disagree on which FFMAs are register form";
   EXPECT_EQ(num_runs, static_cast<int>(report.runs.size()));
-  EXPECT_EQ(static_cast<int>(selected.size()), report.num_modified);
-  ASSERT_FALSE(selected.empty());
+  ASSERT_FALSE(rewritable.empty());
 
-  int num_changed = 0, num_reuse_dropped = 0, num_other_reuse_kept = 0;
+  int num_changed = 0, num_yields_removed = 0;
   for (size_t i = 0; i < a.instructions.size(); ++i) {
     const SassInstruction& x = a.instructions[i];
     const SassInstruction& y = b.instructions[i];
@@ -670,12 +796,14 @@ TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
     ASSERT_EQ(x.offset, y.offset);
     EXPECT_EQ(x.low, y.low) << x.section << " " << x.offset << ": " << x.text;
     EXPECT_EQ(strip_reuse(x.text), strip_reuse(y.text)) << x.section << " " << x.offset;
-    const bool is_selected = selected.count({x.section, x.offset}) > 0;
-    if (is_selected) {
+    if (x.high != y.high) {
       ++num_changed;
-      EXPECT_EQ(y.high, x.high & ~(kYieldBitHigh | kReuseBHigh)) << x.text;
+      num_yields_removed += (x.high & kNoYieldBitHigh) == 0;
+      EXPECT_TRUE(rewritable.count({x.section, x.offset})) << "changed: " << x.section << " " << x.offset << " "
+                                                           << x.text;
+      EXPECT_EQ(x.high & ~(kNoYieldBitHigh | kReuseBitsHigh), y.high & ~(kNoYieldBitHigh | kReuseBitsHigh)) << x.text;
+      EXPECT_NE(y.high & kNoYieldBitHigh, 0u) << "still yields: " << y.text;
     } else {
-      EXPECT_EQ(y.high, x.high) << "unselected instruction changed: " << x.section << " " << x.offset << " " << x.text;
       EXPECT_EQ(y.text, x.text);
     }
     // nvdisasm prints ".reuse" on A, B, C exactly when bits 122, 123, 124 are set, unless the FFMA yields (bit 109
@@ -683,91 +811,23 @@ TEST(SassInterleaveNvdisasm, ListingsDifferOnlyInSelectedYieldAndReuse) {
     for (const SassInstruction* inst : {&x, &y}) {
       const auto sources = ffma_register_sources(inst->text);
       if (!sources) continue;
-      const bool yields = (inst->high & kYieldBitHigh) == 0;
+      const bool yields = (inst->high & kNoYieldBitHigh) == 0;
       for (int k = 0; k < 3; ++k) {
         const bool flag = (inst->high >> (122 - 64 + k)) & 1;
         EXPECT_EQ((*sources)[k].ends_with(".reuse"), flag && !yields) << inst->text << " operand " << k;
       }
     }
-    if (is_selected) {
-      const auto sources = ffma_register_sources(x.text);
-      ASSERT_TRUE(sources) << x.text;
-      num_reuse_dropped += (*sources)[1].ends_with(".reuse");
-      num_other_reuse_kept += (y.high & ((1ull << (122 - 64)) | (1ull << (124 - 64)))) != 0;
-      EXPECT_EQ(y.text.find(".reuse"), std::string::npos) << y.text;
-    }
   }
   EXPECT_EQ(num_changed, report.num_modified);
-  EXPECT_GT(num_reuse_dropped, 0) << "no selected FFMA had operand-B reuse: the test kernels no longer exercise it";
-  // Bits 122/124 stay as compiled (only 109 and 123 change); nvdisasm must accept a yielding FFMA that keeps them.
-  EXPECT_GT(num_other_reuse_kept, 0) << "no selected FFMA kept an A/C reuse bit: the test kernels no longer exercise it";
+  EXPECT_GT(num_yields_removed, 0) << "no FFMA of a run yielded: the test kernels no longer exercise it";
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// The steady mode (default for the 256-row GEMM kernels): runs issue without yielding
-// ---------------------------------------------------------------------------------------------------------------
-
-InterleaveOptions steady_options() {
-  InterleaveOptions options;
-  options.mode = FfmaPassMode::kSteady;
-  return options;
-}
-
-// ptxas compiles the promotion kernel's run without yields already (the GEMM kernels' runs yield on every other
-// FFMA); the interleave pass gives the steady one runs that yield to start from.
-const std::vector<char>& yielding_cubin() {
-  static const std::vector<char> cubin = interleave_ffma(gemm_like_cubin(), InterleaveOptions{});
-  return cubin;
-}
-
-TEST(SassSteady, OnlyTheRunsControlBitsChange) {
-  const std::vector<char>& before = yielding_cubin();
-  InterleaveReport report;
-  const std::vector<char> after = interleave_ffma(before, steady_options(), &report);
-  ASSERT_EQ(after.size(), before.size());
-  ASSERT_GT(report.num_modified, 0) << report.to_string();
-
-  // The high words of every FFMA of a run but its last may change; nothing else may.
-  std::set<uint64_t> candidates;
-  std::set<uint64_t> last_of_run;
-  const ElfImage image = parse_elf(before);
-  for (const FfmaRun& run : report.runs) {
-    const auto code =
-        std::find_if(image.code.begin(), image.code.end(), [&](const auto& c) { return c.kernel == run.kernel; });
-    ASSERT_NE(code, image.code.end()) << run.kernel;
-    for (int i = 0; i < run.length; ++i) {
-      const uint64_t high_at = code->offset + run.first_offset + 16 * uint64_t(i) + 8;
-      (i + 1 < run.length ? candidates : last_of_run).insert(high_at);
-    }
-  }
-  constexpr uint64_t kReuseBitsHigh = 0x7ull << (122 - 64);
-  int changed = 0;
-  for (uint64_t at = 0; at + 8 <= before.size(); at += 8) {
-    const uint64_t x = load_u64(before, at), y = load_u64(after, at);
-    if (!candidates.count(at)) {
-      EXPECT_EQ(x, y) << "changed outside the runs' FFMAs (or a run's last one) at byte " << at;
-      continue;
-    }
-    changed += x != y;
-    EXPECT_EQ(x & ~(kYieldBitHigh | kReuseBitsHigh), y & ~(kYieldBitHigh | kReuseBitsHigh)) << "at byte " << at;
-    EXPECT_NE(y & kYieldBitHigh, 0u) << "an FFMA of a run still yields, at byte " << at;
-  }
-  EXPECT_EQ(changed, report.num_modified);
-  EXPECT_FALSE(last_of_run.empty());
-
-  // ptxas compiled the test kernels' runs without yields: the steady pass gives back exactly its encoding.
-  EXPECT_EQ(after, gemm_like_cubin());
-  EXPECT_EQ(analyze_ffma(before, steady_options()).to_string(), report.to_string());
-  InterleaveReport again;
-  EXPECT_EQ(interleave_ffma(after, steady_options(), &again), after);
-  EXPECT_EQ(again.num_modified, 0);
-}
-
-TEST(SassSteadyNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
+TEST(SassSteadyPassNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
   REQUIRE_NVDISASM();
   const std::vector<char>& before = yielding_cubin();
-  InterleaveReport report;
-  const std::vector<char> after = interleave_ffma(before, steady_options(), &report);
+  const SteadyPassOptions options;
+  PassReport report;
+  const std::vector<char> after = steady_ffma_pass(before, options, &report);
   const Listing a = disassemble(before), b = disassemble(after);
   ASSERT_EQ(b.run.exit_code, 0) << "nvdisasm rejects the rewritten cubin:\n" << b.run.output;
   EXPECT_EQ(b.run.output.find("error"), std::string::npos) << b.run.output;
@@ -788,7 +848,7 @@ TEST(SassSteadyNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
     while (end < b.instructions.size() && b.instructions[end].section == b.instructions[i].section &&
            ffma_register_sources(b.instructions[end].text))
       ++end;
-    if (end - i >= size_t(steady_options().min_run_length)) {
+    if (end - i >= size_t(options.min_run_length)) {
       ++num_runs;
       for (size_t j = i; j + 1 < end; ++j) {
         const SassInstruction& inst = b.instructions[j];
@@ -796,7 +856,7 @@ TEST(SassSteadyNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
         const auto next = *ffma_register_sources(b.instructions[j + 1].text);
         const size_t name_end = inst.text.find(' ', inst.text.find("FFMA"));
         const std::string dest = inst.text.substr(name_end + 1, inst.text.find(',', name_end) - name_end - 1);
-        EXPECT_NE(inst.high & kYieldBitHigh, 0u) << "yields: " << inst.text;
+        EXPECT_NE(inst.high & kNoYieldBitHigh, 0u) << "yields: " << inst.text;
         for (int k = 0; k < 3; ++k) {
           const bool same = reg(here[k]) == reg(next[k]) && reg(here[k]) != "RZ" && reg(here[k]) != dest;
           EXPECT_EQ(here[k].ends_with(".reuse"), same) << inst.text << " then " << b.instructions[j + 1].text;
@@ -810,7 +870,7 @@ TEST(SassSteadyNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
   EXPECT_GT(num_reused, 0) << "no FFMA of a run reuses an operand: the test kernels no longer exercise it";
 }
 
-TEST(SassInterleaveNvdisasm, TrivialKernelHasNoFfma) {
+TEST(SassSteadyPassNvdisasm, TrivialKernelHasNoFfma) {
   REQUIRE_NVDISASM();
   const Listing listing = disassemble(trivial_cubin());
   ASSERT_EQ(listing.run.exit_code, 0) << listing.run.output;

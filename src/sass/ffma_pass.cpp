@@ -1,7 +1,6 @@
-#include "sass/ffma_interleave.hpp"
+#include "sass/ffma_pass.hpp"
 
 #include <array>
-#include <cmath>
 #include <sstream>
 
 #include "common/error.hpp"
@@ -11,7 +10,7 @@ namespace finegemm::sass {
 
 namespace {
 
-constexpr const char* kWhere = "sass::interleave_ffma";
+constexpr const char* kWhere = "sass::steady_ffma_pass";
 constexpr int kSupportedSm = 90;
 
 // A Hopper SASS instruction: 128 bits, stored as two little-endian 64-bit words, low word first.
@@ -24,12 +23,15 @@ constexpr uint64_t kOpcodeMask = 0xfff;
 constexpr uint64_t kOpcodeFfmaRegisters = 0x223;
 
 // High word: instruction bit n is bit (n - 64) here.
-constexpr int kStallShift = 105 - 64;               // stall count, bits 105-108
+constexpr int kStallShift = 105 - 64;                 // stall count, bits 105-108
 constexpr uint64_t kStallMask = 0xf;
 constexpr uint64_t kNoYieldBit = 1ull << (109 - 64);  // 1: do not yield; 0: yield
 constexpr uint64_t kReuseA = 1ull << (122 - 64);      // operand reuse flags, bits 122-124
 constexpr uint64_t kReuseB = 1ull << (123 - 64);
 constexpr uint64_t kReuseC = 1ull << (124 - 64);
+
+// Register operands of an FFMA in register form: Rd (bits 16-23), and the sources A (24-31), B (32-39), C (64-71).
+constexpr uint32_t kZeroRegister = 255;  // RZ
 
 uint64_t load_word(const char* at) {
   uint64_t value = 0;
@@ -43,19 +45,16 @@ void store_word(char* at, uint64_t value) {
 
 bool is_ffma_registers(uint64_t low_word) { return (low_word & kOpcodeMask) == kOpcodeFfmaRegisters; }
 
-// The high word of a selected FFMA after the pass: yield hint on, operand-B reuse off.
-uint64_t interleaved_high_word(uint64_t high_word) { return high_word & ~(kNoYieldBit | kReuseB); }
-
-// Register operands of an FFMA in register form: Rd (bits 16-23), and the sources A (24-31), B (32-39), C (64-71).
-constexpr uint32_t kZeroRegister = 255;  // RZ
 uint32_t ffma_destination(uint64_t low_word) { return (low_word >> 16) & 0xff; }
+
 std::array<uint32_t, 3> ffma_sources(uint64_t low_word, uint64_t high_word) {
   return {uint32_t((low_word >> 24) & 0xff), uint32_t((low_word >> 32) & 0xff), uint32_t(high_word & 0xff)};
 }
 
-// kSteady: the high word of an FFMA followed by another FFMA of its run: no yield, and a reuse flag on each source
-// slot whose register the next FFMA reads in the same slot (not RZ, and not the register this one writes). An FFMA
-// with stall count 0 is left as compiled (ptxas emits none in runs; the tools' rules for it were not probed).
+// The high word of an FFMA followed by another FFMA of its run: no yield, and a reuse flag on each source slot whose
+// register the next FFMA reads in the same slot (not RZ, and not the register this one writes).
+// NOTE: an FFMA with stall count 0 is left as compiled: ptxas emits none in runs, and nvdisasm's rules for stall 0
+// with reuse flags were probed only for yielding FFMAs.
 uint64_t steady_high_word(uint64_t low_word, uint64_t high_word, uint64_t next_low_word, uint64_t next_high_word) {
   if (((high_word >> kStallShift) & kStallMask) == 0) return high_word;
   const auto sources = ffma_sources(low_word, high_word);
@@ -68,29 +67,19 @@ uint64_t steady_high_word(uint64_t low_word, uint64_t high_word, uint64_t next_l
   return (high_word & ~(kReuseA | kReuseB | kReuseC)) | kNoYieldBit | reuse;
 }
 
-// NOTE: nvdisasm rejects a yielding FFMA with a stall count of 0 unless none of its reuse flags is set (probed over
-// every control code and reuse combination). ptxas does not emit such FFMAs in runs; should one appear, it is left
-// alone rather than rewritten into an encoding the tools call undefined.
-bool is_encodable(uint64_t high_word) {
-  const bool stalls = ((high_word >> kStallShift) & kStallMask) != 0;
-  return stalls || (high_word & (kReuseA | kReuseB | kReuseC)) == 0;
-}
-
-void check_options(const InterleaveOptions& options) {
+void check_options(const SteadyPassOptions& options) {
   check_arg(options.min_run_length >= 1, kWhere, "min_run_length must be >= 1, got ", options.min_run_length);
-  check_arg(options.fraction >= 0.0 && options.fraction <= 1.0, kWhere, "fraction must be in [0, 1], got ",
-            options.fraction);
 }
 
-// Scans every code section; when `output` is given (a copy of `cubin`), writes the selected FFMAs into it.
-InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOptions& options, std::vector<char>* output) {
+// Scans every code section; when `output` is given (a copy of `cubin`), writes the rewritten FFMAs into it.
+PassReport run_pass(const std::vector<char>& cubin, const SteadyPassOptions& options, std::vector<char>* output) {
   check_options(options);
   const ElfImage image = parse_elf(cubin);
   const int sm = cubin_sm_version(image);
   check_arg(sm == kSupportedSm, kWhere, "the cubin is compiled for sm_", sm, "; the pass knows the sm_",
             kSupportedSm, " encoding only");
 
-  InterleaveReport report;
+  PassReport report;
   report.num_kernels = static_cast<int>(image.code.size());
   for (const ElfCodeSection& code : image.code) {
     check_arg(code.offset % kInstructionBytes == 0 && code.size % kInstructionBytes == 0, kWhere, "code section .text.",
@@ -98,6 +87,7 @@ InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOption
     const char* base = cubin.data() + code.offset;
     const uint64_t num_instructions = code.size / kInstructionBytes;
     auto low_word = [&](uint64_t idx) { return load_word(base + idx * kInstructionBytes); };
+    auto high_word = [&](uint64_t idx) { return load_word(base + idx * kInstructionBytes + 8); };
 
     uint64_t idx = 0;
     while (idx < num_instructions) {
@@ -112,24 +102,12 @@ InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOption
 
       if (length >= options.min_run_length) {
         FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
-        // Instruction i of the section takes `new_high_word` (a no-op when it is already so).
-        auto rewrite = [&](uint64_t i, uint64_t new_high_word) {
-          const uint64_t high_at = i * kInstructionBytes + 8;
-          if (new_high_word == load_word(base + high_at)) return;
+        // Every FFMA but the run's last (its successor is not an FFMA of the run), from the input's words.
+        for (uint64_t i = idx; i + 1 < end; ++i) {
+          const uint64_t steady = steady_high_word(low_word(i), high_word(i), low_word(i + 1), high_word(i + 1));
+          if (steady == high_word(i)) continue;
           ++run.modified;
-          if (output) store_word(output->data() + code.offset + high_at, new_high_word);
-        };
-        auto high_word = [&](uint64_t i) { return load_word(base + i * kInstructionBytes + 8); };
-        if (options.mode == FfmaPassMode::kSteady) {
-          // Every FFMA but the run's last (its successor is not an FFMA of the run).
-          for (uint64_t i = idx; i + 1 < end; ++i)
-            rewrite(i, steady_high_word(low_word(i), high_word(i), low_word(i + 1), high_word(i + 1)));
-        } else {
-          for (int position : interleave_positions(length, options)) {
-            const uint64_t i = idx + uint64_t(position);
-            const uint64_t new_high_word = interleaved_high_word(high_word(i));
-            if (is_encodable(new_high_word)) rewrite(i, new_high_word);
-          }
+          if (output) store_word(output->data() + code.offset + i * kInstructionBytes + 8, steady);
         }
         report.num_modified += run.modified;
         report.runs.push_back(std::move(run));
@@ -142,11 +120,9 @@ InterleaveReport run_pass(const std::vector<char>& cubin, const InterleaveOption
 
 }  // namespace
 
-const char* to_string(FfmaPassMode mode) { return mode == FfmaPassMode::kSteady ? "steady" : "interleave"; }
-
-std::string InterleaveReport::to_string() const {
+std::string PassReport::to_string() const {
   std::ostringstream os;
-  os << "FFMA interleave (pass v" << kPassVersion << "): " << num_kernels << " kernel(s), " << num_ffma << " FFMA(s), "
+  os << "steady FFMA pass (v" << kPassVersion << "): " << num_kernels << " kernel(s), " << num_ffma << " FFMA(s), "
      << runs.size() << " run(s), " << num_modified << " FFMA(s) modified";
   for (const FfmaRun& run : runs)
     os << "\n  " << run.kernel << ": run at 0x" << std::hex << run.first_offset << std::dec << ", " << run.length
@@ -154,26 +130,15 @@ std::string InterleaveReport::to_string() const {
   return os.str();
 }
 
-std::vector<int> interleave_positions(int length, const InterleaveOptions& options) {
-  check_options(options);
-  std::vector<int> positions;
-  if (length < options.min_run_length) return positions;
-  // NOTE: odd positions, so that each yielding FFMA follows one that keeps its reuse flags: the pair issues back to
-  // back sharing the operand reuse cache, then the warp offers its slot to the other warpgroup.
-  const int head = static_cast<int>(std::floor(static_cast<double>(length) * options.fraction));
-  for (int position = 1; position < head; position += 2) positions.push_back(position);
-  return positions;
-}
-
-std::vector<char> interleave_ffma(const std::vector<char>& cubin, const InterleaveOptions& options,
-                                  InterleaveReport* report) {
+std::vector<char> steady_ffma_pass(const std::vector<char>& cubin, const SteadyPassOptions& options,
+                                   PassReport* report) {
   std::vector<char> output = cubin;
-  InterleaveReport result = run_pass(cubin, options, &output);
+  PassReport result = run_pass(cubin, options, &output);
   if (report) *report = std::move(result);
   return output;
 }
 
-InterleaveReport analyze_ffma(const std::vector<char>& cubin, const InterleaveOptions& options) {
+PassReport analyze_ffma_runs(const std::vector<char>& cubin, const SteadyPassOptions& options) {
   return run_pass(cubin, options, nullptr);
 }
 
