@@ -1,4 +1,4 @@
-// The finegemm command-line tool: bench, check, warmup, plan, sass, stress, info.
+// The finegemm command-line tool: bench, check, warmup, plan, stress, info.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,10 +28,6 @@
 #include "lib/timing.hpp"
 #include "stress.hpp"
 #include "reference/reference.hpp"
-#include "sass/ffma_interleave.hpp"
-#include "heuristics/heuristics.hpp"
-#include "finegemm/device/common/gemm_args.cuh"
-#include <fstream>
 
 namespace fg = finegemm;
 namespace ft = finegemm::tools;
@@ -75,7 +71,7 @@ Args parse_args(int argc, char** argv, int first) {
 int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
-      "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--sass-ab]\n"
+      "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k]\n"
       "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--power SECONDS]\n"
       "          [--ceiling]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
@@ -88,9 +84,7 @@ int usage() {
       "          [--sms 132] [--jobs J]   compile ahead of time every kernel the heuristic picks (no GPU needed)\n"
       "  plan    [--shapes FILE] [--m-range LO:HI] [--sa mn|k] [--sms 132]   the kernel configuration the heuristic\n"
       "          picks for each shape (no GPU, nothing compiled); with --m-range, each M where the pick changes\n"
-      "  sass    (CUBIN_FILE | --m M --n N --k K [--kind normal|contiguous|masked] [--groups G] [--sa mn|k] [--sms 132])\n"
-      "          show the FFMA runs of a kernel (a cubin, or the one the heuristic picks, from the cache) and what\n"
-      "          the FFMA interleave pass would change\n"
+
       "  stress  [--threads 8] [--seconds 60] [--devices 0,1|all] [--seed S]  random checked GEMMs (stress --help)\n"
       "  info    print the device, the options and the cache\n");
   return 2;
@@ -188,7 +182,6 @@ int cmd_bench(const Args& args) {
   anchors.load_normal(ft::find_data_file("data/anchors/h100_normal.csv"));
   anchors.load_grouped(ft::find_data_file("data/anchors/h100_grouped.csv"));
   const int iters = int(args.get_int("iters", 30));
-  const bool sass_ab = args.has("sass-ab");
   // --ceiling: after each row, the shape's floor (tools/lib/ceiling.hpp) and what each library's time is of it.
   const bool with_ceiling = args.has("ceiling");
   cudaStream_t stream;
@@ -276,59 +269,14 @@ int cmd_bench(const Args& args) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("compiled %d kernels in %.1f s (%u threads)\n", n, sec, std::thread::hardware_concurrency());
   }
-  if (sass_ab) {
-    fg::jit::Runtime::instance().set_sass_pass_enabled(true);
-    std::vector<fg::Problem> problems;
-    for (const auto& s : shapes) problems.push_back(ft::problem_of(s, k_major));
-    ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
-    fg::jit::Runtime::instance().set_sass_pass_enabled(false);
-  }
 
   std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s %7s | %s\n", "kind", "G", "M",
               "N", "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best",
               "x DG", "check");
-  // FINEGEMM_LOOP_CLOCKS=1, with kernels built with FINEGEMM_JIT_DEFINES=-DFG_EXPERIMENT=2048: per shape, CTA 0's
-  // K-loop clocks summed over its calls (check and timed), per batch of wgmmas, then zeroed for the next shape.
-  const char* loop_clocks_env = std::getenv("FINEGEMM_LOOP_CLOCKS");
-  const bool loop_clocks = loop_clocks_env != nullptr && loop_clocks_env[0] == '1';
-  auto print_loop_clocks = [&]() {
-    namespace dev = fg::device;
-    fg::jit::Runtime& rt = fg::jit::Runtime::instance();
-    const CUdeviceptr buffer = rt.error_flags(rt.current_device());
-    const size_t offset = dev::kLoopClockWord * sizeof(uint32_t);
-    uint32_t w[2 * dev::kLoopClockWordsPerWarpgroup] = {};
-    FG_CUDA_CHECK(cudaDeviceSynchronize());
-    FG_CUDA_CHECK(cudaMemcpy(w, reinterpret_cast<void*>(buffer + offset), sizeof(w), cudaMemcpyDeviceToHost));
-    FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + offset), 0, sizeof(w)));
-    uint32_t pw[12] = {};
-    const size_t producer_offset = dev::kProducerClockWord * sizeof(uint32_t);
-    FG_CUDA_CHECK(
-        cudaMemcpy(pw, reinterpret_cast<void*>(buffer + producer_offset), sizeof(pw), cudaMemcpyDeviceToHost));
-    FG_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(buffer + producer_offset), 0, sizeof(pw)));
-    const char* roles[3] = {"A issuer", "B issuer", "scale warp"};
-    for (int r = 0; r < 3; ++r) {
-      const uint32_t* v = pw + 4 * r;
-      const double st = v[0] > 0 ? double(v[0]) : 1.0;
-      std::printf("  producer clocks %-10s: stages %u | cycles per stage: waiting for an empty stage %.1f, issuing "
-                  "%.1f, in the role %.1f\n",
-                  roles[r], v[0], v[1] / st, v[2] / st, v[3] / st);
-    }
-    for (uint32_t wg = 0; wg < 2; ++wg) {
-      const uint32_t* v = w + wg * dev::kLoopClockWordsPerWarpgroup;
-      const double b = v[0] > 0 ? double(v[0]) : 1.0;
-      double parts = 0;
-      for (int p = 1; p <= 6; ++p) parts += v[p];
-      std::printf("  loop clocks wg%u: batches %u | cycles per batch: full wait %.1f turn wait %.1f issue %.1f wgmma "
-                  "wait %.1f promote %.1f epilogue %.1f | life %.0f cycles per batch, parts %.0f%% of it, %.0f MHz\n",
-                  wg, v[0], v[1] / b, v[2] / b, v[3] / b, v[4] / b, v[5] / b, v[6] / b, v[7] / b,
-                  v[7] > 0 ? 100.0 * parts / v[7] : 0.0, v[8] > 0 ? 1e3 * double(v[7]) / double(v[8]) : 0.0);
-    }
-  };
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
   int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
   double log_sustained = 0, log_deepgemm = 0;
   int n_sustained = 0, n_deepgemm = 0, behind_deepgemm = 0;
-  std::vector<std::string> sass_rows;
   std::unique_ptr<ft::CeilingKernels> ceiling_kernels;
   if (with_ceiling) ceiling_kernels = std::make_unique<ft::CeilingKernels>();
   CeilingSummary ceiling_summary;
@@ -361,7 +309,7 @@ int cmd_bench(const Args& args) {
       ft::CublasLtBlockFp8 lt(s.m, s.n, s.k, problem.a.get(), problem.sa_mn_major.as<float>(), problem.b.get(),
                               problem.sb.as<float>(), d2.get());
       // With FINEGEMM_PRINT_CONFIGS, the baseline's algorithm too (tile, stages and cluster ids of cuBLASLt's pick).
-      if (fg::jit::Runtime::instance().options().print_configs) std::fprintf(stderr, "%s\n", lt.describe().c_str());
+      if (std::getenv("FINEGEMM_PRINT_CONFIGS") != nullptr) std::fprintf(stderr, "%s\n", lt.describe().c_str());
       if (lt.supported()) {
         const ft::Timing tl =
             ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, flush_l2, &flusher, time_source);
@@ -424,32 +372,11 @@ int cmd_bench(const Args& args) {
       }
       std::printf("\n");
     }
-    if (loop_clocks) print_loop_clocks();
     if (with_ceiling) {
       const ft::Ceiling c = ceiling_kernels->measure(problem, stream, iters, flush_l2, &flusher, time_source);
       ceiling_summary.add(s, c, problem.flops(), t.median_us, cublas_us, best, copy_gbps);
     }
     std::fflush(stdout);
-    if (sass_ab) {
-      fg::jit::Runtime::instance().set_sass_pass_enabled(true);
-      ft::DeviceBuffer copy_off(problem.d.size());
-      FG_CUDA_CHECK(cudaMemcpy(copy_off.get(), problem.d.get(), problem.d.size(), cudaMemcpyDeviceToDevice));
-      problem.poison_output(stream);
-      problem.run(k_major, stream);
-      FG_CUDA_CHECK(cudaStreamSynchronize(stream));
-      std::vector<uint8_t> a_off(problem.d.size()), a_on(problem.d.size());
-      copy_off.download(a_off.data(), a_off.size());
-      problem.d.download(a_on.data(), a_on.size());
-      const bool identical = a_off == a_on;
-      const ft::Timing ton = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3,
-                                             flush_l2, &flusher, time_source);
-      fg::jit::Runtime::instance().set_sass_pass_enabled(false);
-      char row[256];
-      std::snprintf(row, sizeof(row), "%-10s %4d %6lld %6lld %6lld | off %8.1f us | on %8.1f us | on/off %.3f | bitwise %s",
-                    kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, t.median_us,
-                    ton.median_us, ton.median_us / t.median_us, identical ? "identical" : "DIFFERENT");
-      sass_rows.push_back(row);
-    }
   }
   std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n", n_cublas ? std::exp(log_cublas / n_cublas) : 0.0,
               n_cublas, n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
@@ -462,11 +389,6 @@ int cmd_bench(const Args& args) {
   std::printf("geomean x best anchor: %.3f over %d shapes (dense %.3f over %d)\n", n_best ? std::exp(log_best / n_best) : 0.0,
               n_best, n_best_normal ? std::exp(log_best_normal / n_best_normal) : 0.0, n_best_normal);
   if (with_ceiling) ceiling_summary.print(flush);
-  if (!sass_rows.empty()) {
-    std::printf("\nSASS FFMA interleave pass, A/B (median of %d, L2 flushed, %s):\n", iters,
-                kernel_time ? "kernel time" : "event time");
-    for (const auto& r : sass_rows) std::printf("%s\n", r.c_str());
-  }
   if (!skipped.empty())
     std::printf("%zu shapes skipped: no kernel configuration fits them (the lines before the table)\n", skipped.size());
   std::printf("%d correctness failures\n", failures);
@@ -678,41 +600,6 @@ int cmd_plan(const Args& args) {
   return 0;
 }
 
-// ---- sass --------------------------------------------------------------------------------------------------------
-
-int cmd_sass(const Args& args) {
-  std::vector<char> cubin;
-  std::string what;
-  if (!args.positional.empty()) {
-    std::ifstream in(args.positional[0], std::ios::binary);
-    if (!in) throw std::runtime_error("cannot read " + args.positional[0]);
-    cubin.assign(std::istreambuf_iterator<char>(in), {});
-    what = args.positional[0];
-  } else {
-    if (!args.has("n") || !args.has("k")) return usage();
-    ft::ProblemShape s;
-    const std::string kind = args.get("kind", "normal");
-    s.kind = kind == "normal" ? fg::GemmKind::kNormal
-                              : (kind == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
-    s.groups = int(args.get_int("groups", 1));
-    s.m = args.get_int("m", 4096);
-    s.n = args.get_int("n", 0);
-    s.k = args.get_int("k", 0);
-    const fg::Problem p = ft::problem_of(s, args.get("sa", "mn") == "k");
-    const auto config = fg::heuristics::select_config(p, int(args.get_int("sms", 132)));
-    // The kernel as the JIT caches it without the pass, so the report shows what the pass would change.
-    fg::jit::Runtime::instance().set_sass_pass_enabled(false);
-    const auto binary = fg::jit::Runtime::instance().binary(
-        {"finegemm/device/kernels/sm90_fp8_gemm.cuh", config.kernel_function(),
-         "(const __grid_constant__ finegemm::device::GemmArgs)", true});
-    cubin.assign(binary->cubin.begin(), binary->cubin.end());
-    what = config.kernel_function() + " (" + config.describe() + "), cache key " + binary->key;
-  }
-  const fg::sass::InterleaveReport report = fg::sass::analyze_ffma(cubin, fg::sass::InterleaveOptions{});
-  std::printf("%s\n%s\n", what.c_str(), report.to_string().c_str());
-  return 0;
-}
-
 int cmd_info() {
   std::printf("finegemm %s\noptions: %s\ncache: %s\n", fg::version(),
               fg::jit::Runtime::instance().options().describe().c_str(),
@@ -739,7 +626,6 @@ int main(int argc, char** argv) {
     if (cmd == "check") return cmd_check(args);
     if (cmd == "warmup") return cmd_warmup(args);
     if (cmd == "info") return cmd_info();
-    if (cmd == "sass") return cmd_sass(args);
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "stress") return ft::run_stress(argc - 2, argv + 2);
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {

@@ -24,6 +24,7 @@
 
 #include "finegemm/finegemm.hpp"
 #include "heuristics/heuristics.hpp"
+#include "api/context.hpp"
 #include "jit/runtime.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
@@ -454,8 +455,8 @@ int run_stress(int argc, char** argv) {
   }
 
   // Per-device facts, as the CUDA runtime and as the library see them.
-  jit::Runtime& runtime = jit::Runtime::instance();
-  const int sms_option = runtime.options().num_sms;
+  jit::Runtime& runtime = api::Context::instance().runtime();
+  const int sms_option = api::Context::instance().settings().num_sms;
   std::string kinds;
   for (GemmKind k : opt.kinds) kinds += std::string(kinds.empty() ? "" : ",") + kind_name(k);
   std::printf("stress: finegemm %s, %d threads, %.0f s, %zu device(s) (%s order), kinds %s, seed %llu, max M %lld, "

@@ -14,16 +14,15 @@
 //        With M >= 1024 and KB >= 32 a multiple of 4 (row stride a multiple of 4 floats, base 16-byte aligned) the
 //        kernel reads them by TMA, a box of 4 K blocks per stage: on an H100, 1.7-3.5% slower than MN-major scales at
 //        the seed shapes with K = 7168 and 16384. Otherwise it gathers them with 4-byte asynchronous copies: 1-18%
-//        slower at M = 64 and 128, 5-12% at the larger seed shapes with K <= 2048 (docs/performance-log.md,
-//        session 21). For the fastest calls, pass MN-major scales (get_col_major_tma_aligned_tensor in Python
-//        converts).
+//        slower at M = 64 and 128, 5-12% at the larger seed shapes with K <= 2048 (H100). For the fastest calls, pass
+//        MN-major scales (get_col_major_tma_aligned_tensor in Python converts).
 //  - Weight scales SB: [NB, KB] row-major (as stored in checkpoints), [G, NB, KB] for grouped GEMMs.
 //  - Output D: bf16 row-major with 16-byte aligned rows (N % 8 == 0).
 //  - Alignment: every base pointer 16-byte aligned; K % 16 == 0 (16-byte TMA row stride of A and B); N % 8 == 0.
 //    Any M >= 1 is valid; M == 0 is a no-op.
 //  - Speed: a K that is a multiple of 128 is fastest. On an H100, 4096x7168x576 measured 20% slower than
 //    4096x7168x640 (rows of A and B then start off 128-byte lines); A passed with a row stride that is a multiple of
-//    128 bytes took back a quarter of that (docs/performance-log.md, session 8).
+//    128 bytes took back a quarter of that.
 //  - Every call is asynchronous on `stream`, does not synchronize, allocates no device memory once warm, and is legal
 //    inside CUDA-graph capture once its kernel is compiled (the first call of a new shape compiles it: warm up first).
 //  - Errors are thrown as `finegemm::Error` before anything is enqueued; no output is touched on error.

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "api/context.hpp"
 #include "api/validate.hpp"
 #include "common/error.hpp"
 #include "finegemm/device/common/gemm_args.cuh"
@@ -21,10 +22,10 @@
 namespace finegemm {
 namespace {
 
+using api::Context;
 using heuristics::KernelConfig;
 using jit::check_cu;
 using jit::driver;
-using jit::Runtime;
 using jit::set_pdl_attribute;
 
 constexpr const char* kGemmHeader = "finegemm/device/kernels/sm90_fp8_gemm.cuh";
@@ -37,14 +38,13 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
   spec.header = kGemmHeader;
   spec.function = config.kernel_function();
   spec.parameters = kGemmParameters;
-  spec.sass_pass = true;  // the runtime's A/B switch may give it Options::sass_pass_mode (docs/sass-pass.md)
-  spec.ffma_pass = heuristics::ffma_pass_for(config);
+  spec.steady_ffma_pass = heuristics::takes_steady_ffma_pass(config);
   return spec;
 }
 
 /// Everything a launch depends on, as a flat key.
 struct PlanKey {
-  std::array<uint64_t, 22> words{};
+  std::array<uint64_t, 19> words{};
   bool operator==(const PlanKey& o) const { return words == o.words; }
 };
 
@@ -65,8 +65,7 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
   k.words = {uint64_t(c.kind), uint64_t(c.rows), uint64_t(c.n), uint64_t(c.k), uint64_t(c.num_groups),
              uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
              p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
-             uint64_t(c.a_rows), uint64_t(Runtime::instance().sass_pass_enabled()),
-             uint64_t(heuristics::tail_split_enabled()), uint64_t(heuristics::odd_eighth_block_n_enabled())};
+             uint64_t(c.a_rows)};
   return k;
 }
 
@@ -74,7 +73,6 @@ struct LaunchPlan {
   CUfunction function = nullptr;
   device::GemmArgs args{};
   KernelConfig config;
-  int device = 0;
 };
 
 void encode_2d(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner, uint64_t outer,
@@ -112,10 +110,10 @@ Problem problem_of(const GemmCall& c) {
 }
 
 std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sms) {
-  Runtime& rt = Runtime::instance();
+  Context& ctx = Context::instance();
+  jit::Runtime& rt = ctx.runtime();
   auto plan = std::make_unique<LaunchPlan>();
-  plan->config = heuristics::select_config(problem_of(c), num_sms);
-  plan->device = device;
+  plan->config = heuristics::select_config(problem_of(c), num_sms, ctx.settings().constraints);
   // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
   // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
   // The gathering kernels have no wide tail (device::gemm_dense_wide_tail): their last row block runs as full tiles.
@@ -125,7 +123,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     plan->config.wide_tail = false;
   }
   const KernelConfig& cfg = plan->config;
-  if (rt.options().print_configs)
+  if (ctx.settings().print_configs)
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
                  c.kind == GemmKind::kNormal ? "gemm" : (c.kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked"),
                  static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
@@ -134,36 +132,33 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   plan->function = rt.function(*binary);
 
   device::GemmArgs& args = plan->args;
-  const bool multicast = cfg.cluster_size == 2 && cfg.split_k == 1;
-  const uint32_t a_split = (multicast && cfg.multicast_on_a) ? 2 : 1;
-  const uint32_t b_split = (multicast && !cfg.multicast_on_a) ? 2 : 1;
   const int64_t kb = (c.k + 127) / 128;
-  // A box reaching far past A's last row is slow (up to 28% of the GEMM, docs/performance-log.md, session 8): with
-  // fewer rows than one tile, the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
-  args.a_box_rows = uint32_t(cfg.block_m) / a_split;
-  if (a_split == 1 && c.a_rows < cfg.block_m) args.a_box_rows = uint32_t((c.a_rows + 7) / 8 * 8);
+  // A box reaching far past A's last row is slow (up to 28% of the GEMM on an H100): with fewer rows than one tile,
+  // the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
+  args.a_box_rows = uint32_t(cfg.block_m);
+  if (c.a_rows < cfg.block_m) args.a_box_rows = uint32_t((c.a_rows + 7) / 8 * 8);
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
             uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, args.a_box_rows,
             CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A)");
-  if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), a_split, cfg.wide_tail))
+  if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), cfg.wide_tail))
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a_half), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
               uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2),
               CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A, half box)");
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, uint64_t(c.k),
-            uint64_t(c.n * c.num_groups), uint64_t(c.k), device::kBlockK, uint32_t(cfg.block_n) / b_split,
+            uint64_t(c.n * c.num_groups), uint64_t(c.k), device::kBlockK, uint32_t(cfg.block_n),
             CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(B)");
   if (!c.sa_k_major) {
     // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
     const uint64_t sa_rows_per_group = uint64_t(c.kind == GemmKind::kGroupedMasked ? c.rows : c.a_rows);
     const uint64_t sa_outer = uint64_t(kb) * uint64_t(c.kind == GemmKind::kGroupedMasked ? c.num_groups : 1);
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, sa_rows_per_group,
-              sa_outer, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m) / a_split, 1, CU_TENSOR_MAP_SWIZZLE_NONE,
+              sa_outer, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
               "cuTensorMapEncodeTiled(SA)");
   } else if (cfg.sa_mode == device::kSaKMajorTma) {
     // K-major SA: [rows of the 2D view of A, KB] with row stride ld_sa; a box of 4 K blocks x the tile's rows.
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(kb),
               uint64_t(c.a_rows), uint64_t(c.ld_sa) * 4, device::gemm_sa_row_floats(cfg.sa_mode),
-              uint32_t(cfg.block_m) / a_split, CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, K-major)");
+              uint32_t(cfg.block_m), CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, K-major)");
   }
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.n),
             uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, device::epilogue_slab_cols(uint32_t(cfg.block_n)),
@@ -173,7 +168,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
   args.d = static_cast<uint16_t*>(c.d);
   args.grouped_layout = static_cast<const int32_t*>(c.layout);
-  args.error_flags = reinterpret_cast<uint32_t*>(rt.error_flags(device));
+  args.error_flags = reinterpret_cast<uint32_t*>(ctx.error_flags(device));
   args.ld_sa = c.ld_sa;
   args.ld_d = c.ld_d;
   args.num_rows = int32_t(c.rows);
@@ -182,8 +177,6 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
   args.b_pairs = cfg.b_pairs ? 1u : 0u;
   args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
-  args.tail_first_tile = int32_t(cfg.tail_first_tile);
-  args.tail_pieces = cfg.tail_pieces;
   return plan;
 }
 
@@ -201,46 +194,33 @@ void launch(const LaunchPlan& plan, Stream stream) {
   std::array<CUlaunchAttribute, 2> attrs{};
   unsigned num_attrs = 0;
   // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
-  if (cfg.cluster_size > 1) {
+  if (cfg.cluster_size() > 1) {
     CUlaunchAttribute& a = attrs[num_attrs++];
     a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    a.value.clusterDim.x = uint32_t(cfg.cluster_size);
+    a.value.clusterDim.x = uint32_t(cfg.cluster_size());
     a.value.clusterDim.y = 1;
     a.value.clusterDim.z = 1;
   }
-  if (Runtime::instance().pdl()) num_attrs += set_pdl_attribute(attrs[num_attrs]);
+  if (Context::instance().pdl()) num_attrs += set_pdl_attribute(attrs[num_attrs]);
   config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
   config.numAttrs = num_attrs;
-  device::GemmArgs args = plan.args;
-  if (cfg.tail_pieces > 1) {
-    // The stream's own memory for the cut tiles' partial sums; without it (a stream's first such call made while the
-    // stream is captured into a CUDA graph) every tile is walked whole.
-    CUdeviceptr partials = 0, counters = 0;
-    if (Runtime::instance().tail_workspace(plan.device, config.hStream, &partials, &counters)) {
-      args.tail_partials = reinterpret_cast<float*>(partials);
-      args.tail_counters = reinterpret_cast<uint32_t*>(counters);
-    } else {
-      args.tail_first_tile = int32_t(cfg.num_tiles);
-      args.tail_pieces = 1;
-    }
-  }
-  void* params[] = {&args};
+  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }
 
 class PlanCache {
  public:
   std::shared_ptr<const LaunchPlan> get(const GemmCall& call) {
-    Runtime& rt = Runtime::instance();
-    const int device = rt.current_device();
-    const int num_sms = rt.num_sms(device);
+    Context& ctx = Context::instance();
+    const int device = ctx.runtime().current_device();
+    const int num_sms = ctx.num_sms(device);
     const PlanKey key = make_key(call, device, num_sms);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     }
     // First call with these pointers and shapes: check where the pointers live, then build.
-    check_device_arch(device);
+    ctx.check_hopper(device, "device");
     check_device_pointers(call, device);
     std::unique_ptr<LaunchPlan> plan = build_plan(call, device, num_sms);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -252,13 +232,6 @@ class PlanCache {
   }
 
  private:
-  static void check_device_arch(int device) {
-    const jit::DeviceInfo& info = Runtime::instance().device_info(device);
-    check(info.major == 9 && info.minor == 0, Error::Kind::kUnsupported, "device",
-          "finegemm's kernels need a Hopper GPU (compute capability 9.0: H100, H800, H200, H20); device ", device,
-          " (", info.name, ") is ", info.major, ".", info.minor);
-  }
-
   static constexpr size_t kMaxPlans = 4096;
   std::mutex mutex_;
   std::unordered_map<PlanKey, std::shared_ptr<const LaunchPlan>, PlanKeyHash> plans_;
@@ -294,40 +267,41 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView
 }
 
 uint32_t device_error_flags() {
-  Runtime& rt = Runtime::instance();
-  const int device = rt.current_device();
+  Context& ctx = Context::instance();
+  const int device = ctx.runtime().current_device();
   const jit::DriverApi& cu = driver();
   check_cu(cu.cuCtxSynchronize(), "cuCtxSynchronize");
   uint32_t flags = 0;
-  check_cu(cu.cuMemcpyDtoH(&flags, rt.error_flags(device), sizeof(flags)), "cuMemcpyDtoH(error flags)");
+  check_cu(cu.cuMemcpyDtoH(&flags, ctx.error_flags(device), sizeof(flags)), "cuMemcpyDtoH(error flags)");
   return flags;
 }
 
 void reset_device_error_flags() {
-  Runtime& rt = Runtime::instance();
-  const int device = rt.current_device();
+  Context& ctx = Context::instance();
+  const int device = ctx.runtime().current_device();
   check_cu(driver().cuCtxSynchronize(), "cuCtxSynchronize");
-  check_cu(driver().cuMemsetD32(rt.error_flags(device), 0, 1), "cuMemsetD32(error flags)");
+  check_cu(driver().cuMemsetD32(ctx.error_flags(device), 0, 1), "cuMemsetD32(error flags)");
 }
 
-void set_pdl(bool enabled) { Runtime::instance().set_pdl(enabled); }
+void set_pdl(bool enabled) { Context::instance().set_pdl(enabled); }
 
-bool get_pdl() { return Runtime::instance().pdl(); }
+bool get_pdl() { return Context::instance().pdl(); }
 
 int get_num_sms() {
-  Runtime& rt = Runtime::instance();
-  return rt.num_sms(rt.current_device());
+  Context& ctx = Context::instance();
+  return ctx.num_sms(ctx.runtime().current_device());
 }
 
 void set_num_sms(int num_sms) {
   check_arg(num_sms >= 0, "set_num_sms", "num_sms must be >= 0 (0 restores all SMs), got ", num_sms);
-  Runtime::instance().set_num_sms(num_sms);
+  Context::instance().set_num_sms(num_sms);
 }
 
 bool is_supported(const Problem& problem, std::string* reason) {
   try {
     check_problem(problem);
-    heuristics::select_config(problem, jit::driver_available() ? get_num_sms() : kDefaultNumSms);
+    heuristics::select_config(problem, jit::driver_available() ? get_num_sms() : kDefaultNumSms,
+                              Context::instance().settings().constraints);
     return true;
   } catch (const Error& e) {
     if (reason != nullptr) *reason = e.message();
@@ -338,20 +312,20 @@ bool is_supported(const Problem& problem, std::string* reason) {
 std::string describe_config(const Problem& problem, int num_sms) {
   check_problem(problem);
   if (num_sms <= 0) num_sms = jit::driver_available() ? get_num_sms() : kDefaultNumSms;
-  return heuristics::select_config(problem, num_sms).describe();
+  return heuristics::select_config(problem, num_sms, Context::instance().settings().constraints).describe();
 }
 
 bool precompile(const Problem& problem, int num_sms) {
   check_problem(problem);
   check_arg(num_sms > 0, "precompile", "num_sms must be > 0, got ", num_sms);
-  const KernelConfig config = heuristics::select_config(problem, num_sms);
+  const KernelConfig config = heuristics::select_config(problem, num_sms, Context::instance().settings().constraints);
   bool compiled_now = false;
-  Runtime::instance().binary(gemm_spec(config), &compiled_now);
+  Context::instance().runtime().binary(gemm_spec(config), &compiled_now);
   return compiled_now;
 }
 
-JitStats jit_stats() { return Runtime::instance().stats(); }
+JitStats jit_stats() { return Context::instance().runtime().stats(); }
 
-std::string cache_dir() { return Runtime::instance().cache_dir(); }
+std::string cache_dir() { return Context::instance().runtime().cache_dir(); }
 
 }  // namespace finegemm

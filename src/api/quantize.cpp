@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/context.hpp"
 #include "api/validate.hpp"
 #include "common/error.hpp"
 #include "finegemm/device/common/quantize_args.cuh"
@@ -22,9 +23,9 @@
 namespace finegemm {
 namespace {
 
+using api::Context;
 using jit::check_cu;
 using jit::driver;
-using jit::Runtime;
 
 constexpr const char* kQuantizeHeader = "finegemm/device/kernels/quantize.cuh";
 constexpr const char* kQuantizeParameters = "(const finegemm::device::QuantizeArgs)";
@@ -175,17 +176,13 @@ class QuantizeKernels {
       for (const Entry& e : entries_)
         if (e.ctx == ctx && e.variant == variant) return e.function;
     }
-    Runtime& rt = Runtime::instance();
-    const jit::DeviceInfo& info = rt.device_info(device);
-    check(info.major == 9 && info.minor == 0, Error::Kind::kUnsupported, function_name(kind),
-          "finegemm's kernels need a Hopper GPU (compute capability 9.0: H100, H800, H200, H20); device ", device,
-          " (", info.name, ") is ", info.major, ".", info.minor);
+    Context& context = Context::instance();
+    context.check_hopper(device, function_name(kind));
     jit::KernelSpec spec;
     spec.header = kQuantizeHeader;
     spec.function = kernel_function(kind, is_bf16);
     spec.parameters = kQuantizeParameters;
-    spec.sass_pass = false;  // no FFMA runs to interleave
-    const CUfunction function = rt.function(*rt.binary(spec));
+    const CUfunction function = context.runtime().function(*context.runtime().binary(spec));
     std::lock_guard<std::mutex> lock(mutex_);
     entries_.push_back({ctx, variant, function});
     return function;
@@ -214,8 +211,8 @@ QuantizeKernels& quantize_kernels() {
 
 void run(const QuantizeLaunch& launch, Stream stream) {
   if (launch.grid == 0) return;
-  Runtime& rt = Runtime::instance();
-  const int device = rt.current_device();
+  Context& ctx = Context::instance();
+  const int device = ctx.runtime().current_device();
   check_device_pointers(launch, device);
   const CUfunction function = quantize_kernels().get(launch.kind, launch.is_bf16, device);
   CUlaunchConfig config{};
@@ -228,7 +225,7 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   config.sharedMemBytes = 0;
   config.hStream = reinterpret_cast<CUstream>(stream);
   CUlaunchAttribute pdl{};
-  if (rt.pdl()) config.numAttrs = jit::set_pdl_attribute(pdl);
+  if (ctx.pdl()) config.numAttrs = jit::set_pdl_attribute(pdl);
   config.attrs = config.numAttrs > 0 ? &pdl : nullptr;
   void* params[] = {const_cast<device::QuantizeArgs*>(&launch.args)};
   check_cu(driver().cuLaunchKernelEx(&config, function, params, nullptr), "cuLaunchKernelEx(fp8 quantizer)");

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 #include <sstream>
 #include <tuple>
@@ -15,19 +14,20 @@ namespace {
 
 constexpr int kMaxStages = 32;
 constexpr int kMinStages = 3;
-constexpr int kMulticastMinRows = 512;
 constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile reads all of A for 8 columns
-constexpr int kBlockNStep = 8;   // wgmma N, the TMA box and the epilogue (stmatrix x2 for an odd eighth) all allow 8
+// BLOCK_N steps by 16: the epilogue's stmatrix x4 covers 16 columns. (Odd multiples of 8, which fill more SMs on some
+// shapes, measured slower than the multiples of 16 on an H100, even where they filled more SMs.)
+constexpr int kBlockNStep = 16;
 // Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
-// to H100 A/B runs of BLOCK_N 96..192 (docs/performance.md).
+// to H100 runs of BLOCK_N 96..192.
 constexpr double kMathCriticalCycles = 300.0;
 // Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to BLOCK_M=128:
 // the per-K-block work (barrier waits, scales, turns, stage bookkeeping) is shared by two waves and the tile loads
 // 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
-// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP) (docs/performance-log.md, session 5).
+// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP).
 constexpr double kBlockM256CycleFactor = 0.91;
 // Dense GEMMs whose 256x128 tiles run in few waves, or at K <= 2048, take 0.95 instead. Timed on an H100 with
-// 256x128, 128x192, 128x160 and 128x128 tiles over M 512..3072 and six (N, K) pairs (session 34), the 0.91 pick was
+// 256x128, 128x192, 128x160 and 128x128 tiles over M 512..3072 and six (N, K) pairs, the 0.91 pick was
 // up to 9.8% slower than the fastest of them (1024x7168x2048 29.0 against 26.4 us with 128x160). Where 0.95 then
 // moves a shape to 128-row tiles it ran faster on 15 of 16 checked (two rounds each, us: 2048x7168x16384 372.4-373.7
 // -> 361.9-363.1, 1024x7168x2048 28.5 -> 26.1, 6400x2112x7168 164.2-164.5 -> 147.8-148.4, 3200x7168x2048 78.5-78.9
@@ -38,28 +38,26 @@ constexpr double kBlockM256CycleFactor = 0.91;
 constexpr double kBlockM256CycleFactorFewWaves = 0.95;
 constexpr int64_t kBlockM256FewWaves = 4;
 constexpr int64_t kBlockM256ShortK = 2048;
-// Below 12 K blocks BLOCK_M=256 loses to BLOCK_M=128 on an H100: 144.4 vs 136.5 us at 4096x32768x512 (146.0-146.5
-// vs 130.1-130.9 with session 38's K loop). At K=1536 it lost before session 38 (251.7 vs 249.0 us at
-// 4096x24576x1536); with the K loop of one copy per wave count it ran 24576x1536 at M 512-8192 0-2% faster than
-// 128x192 (4096: 237.7-238.3 vs 241.0-241.3 us) and, against the picks it replaced at N=7168, M=400, 2200 2-4%
-// faster, M=1500 as fast, M=4000 1.1% slower (71.6-71.7 vs 70.9 with 128x160) (docs/performance-log.md, session 38).
+// Below 12 K blocks BLOCK_M=256 loses to BLOCK_M=128 on an H100: 146.0-146.5 vs 130.1-130.9 us at 4096x32768x512.
+// At K=1536 (the K loop with one copy per wave count) it ran 24576x1536 at M 512-8192 0-2% faster than 128x192
+// (4096: 237.7-238.3 vs 241.0-241.3 us) and, against the picks it replaced at N=7168, M=400, 2200 2-4% faster,
+// M=1500 as fast, M=4000 1.1% slower (71.6-71.7 vs 70.9 with 128x160).
 constexpr int64_t kBlockM256MinK = 1536;
 // Except where one 256-row block holds every row and K is short: 192x32768x512 and 256x32768x512 ran 14.4 and 15.6 us
-// with BLOCK_M=256 against 15.9-16.1 and 16.9-17.0 with 128-row tiles (H100, docs/performance-log.md, session 33; the
-// time model then picks it); at K=1536 it lost there too (192x24576x1536 25.4 against 24.0).
+// with BLOCK_M=256 against 15.9-16.1 and 16.9-17.0 with 128-row tiles (H100; the time model then picks it); at
+// K=1536 it lost there too (192x24576x1536 25.4 against 24.0).
 constexpr int64_t kBlockM256OneBlockMaxK = 512;
 // The epilogue's TMA stores write slabs of epilogue_slab_cols(BLOCK_N) columns; at BLOCK_N 112 and 144 (32-byte
 // swizzle) a slab row is 32 bytes of D, and storing a tile costs more than its bytes at the SM's share of DRAM
 // bandwidth: at 512x32768x512 (D twice B's bytes, 4 K blocks a tile) BLOCK_N=144 ran 27.5-27.6 us against 23.2 for
-// BLOCK_N=128 and 23.6 for 192 (H100, docs/performance-log.md, session 33), 3.9 against 2.9 us per tile where the
+// BLOCK_N=128 and 23.6 for 192 (H100), 3.9 against 2.9 us per tile where the
 // model's store term alone separated them by 0.2. Fitted to that: slabs with rows under 64 bytes cost this much more
 // where D has at least B's bytes (dense: 2 M >= K; the call is the output's writes). Where B dominates it did not show:
 // 192x7168x2048 and 256x7168x2048 ran 10.8 and 11.0 us with BLOCK_N=112 (128 tiles) against 11.5 and 11.4 with 128.
 constexpr double kNarrowSlabStoreFactor = 1.43;
-// The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS): 1196 vs 1228
-// (G=4) and 1151 vs 1195 (G=8) when a block holding two experts ran as two half tiles (session 5); with those halves
-// as wide tiles (session 14), 1228 vs 1255 and 1200 vs 1224, and with equal experts (no such block) 1243 vs 1270
-// and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4, session 5).
+// The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS), with a block
+// holding two experts run as wide tiles: 1228 vs 1255 (G=4) and 1200 vs 1224 (G=8), and with equal experts (no such
+// block) 1243 vs 1270 and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4).
 constexpr int64_t kBlockM256MinKContiguous = 4096;
 // Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
 // split tiles won where the unsplit ones were 16 columns wide (64x2112x7168 12.2 vs 13.3, 1x2112x7168 16.7 vs
@@ -68,88 +66,14 @@ constexpr int64_t kBlockM256MinKContiguous = 4096;
 // partial-sum exchange) is charged as:
 constexpr double kSplitKOverheadUs = 1.0;
 constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
-// Session 11 (H100) made the exchange cheaper (st.async; 64x2112x7168 11.8 -> 10.9 us) and measured the unsplit
-// 64x16 tiles again: 10.4-10.5 us at 64x2112x7168, where their 132 tiles fill the SMs in one wave, against 10.4 at
-// 64x1536x7168 (96 tiles; split-K 9.4) and 128x576x7168 (split-K 8.0). So split-K is left out when an unsplit
-// 64-row tile at most 32 wide fills at least this share of the SMs in one wave:
+// With the exchange through st.async (64x2112x7168 11.8 -> 10.9 us), the unsplit 64x16 tiles ran 10.4-10.5 us at
+// 64x2112x7168, where their 132 tiles fill the SMs in one wave, against 10.4 at 64x1536x7168 (96 tiles; split-K 9.4)
+// and 128x576x7168 (split-K 8.0). So split-K is left out when an unsplit 64-row tile at most 32 wide fills at least
+// this share of the SMs in one wave:
 constexpr double kSplitKMaxUnsplitFill = 0.95;
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
-// The multicast path is correct (GPU tests) but measured 1.5-2x slower than unclustered tiles on an H100 in
-// finegemm's first benchmark; it stays off until that is understood (docs/performance.md).
-// FINEGEMM_EXPERIMENTAL_MULTICAST=1 turns it back on for measurements.
-/// An experimental switch: the environment variable `name` set to 1.
-bool experimental_switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] == '1';
-}
-
-bool multicast_enabled() {
-  static const bool enabled = experimental_switch_on("FINEGEMM_EXPERIMENTAL_MULTICAST");
-  return enabled;
-}
-
-/// FINEGEMM_FORCE_CONFIG="bm=128,bn=128,cluster=2,mc=a,stages=4,l2b=normal,l2d=first" (any subset): a developer
-/// knob for measurements.
-/// Candidates that differ in a named field are rejected; the other filters still apply (except the measured-speed
-/// ones on M and K for a forced bm=256, and on multicast for a forced cluster=2), so a forced configuration is always
-/// one the kernel supports (or none is found and the call fails with the usual message).
-struct ForcedConfig {
-  int block_m = 0, block_n = 0, cluster = 0, stages = 0, split = 0;
-  int tail = 0;        // tail split pieces: 1 = none, 0 = the heuristic's
-  char multicast = 0;  // 'a', 'b' or 0
-  char l2_b = 0;       // B's L2 hint: 'f' (evict-first), 'n' (normal) or 0 (the heuristic's)
-  char l2_d = 0;       // D's L2 hint on its TMA stores, as l2_b
-  int b_pairs = -1;    // B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
-};
-
-const ForcedConfig& forced_config() {
-  static const ForcedConfig forced = [] {
-    ForcedConfig f;
-    const char* v = std::getenv("FINEGEMM_FORCE_CONFIG");
-    if (v == nullptr) return f;
-    std::istringstream fields(v);
-    for (std::string field; std::getline(fields, field, ',');) {
-      const size_t eq = field.find('=');
-      const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
-      check_arg(eq != std::string::npos && !value.empty(), "FINEGEMM_FORCE_CONFIG",
-                "fields are name=value (bm, bn, cluster, mc, stages, split, l2b, l2d, tail, bpairs), got '", field,
-                "'");
-      if (name == "mc") {
-        check_arg(value == "a" || value == "b", "FINEGEMM_FORCE_CONFIG", "mc is a or b, got '", value, "'");
-        f.multicast = value[0];
-        continue;
-      }
-      if (name == "l2b" || name == "l2d") {
-        check_arg(value == "first" || value == "normal", "FINEGEMM_FORCE_CONFIG", name,
-                  " is first or normal, got '", value, "'");
-        (name == "l2b" ? f.l2_b : f.l2_d) = value[0];
-        continue;
-      }
-      if (name == "bpairs") {
-        check_arg(value == "0" || value == "1", "FINEGEMM_FORCE_CONFIG", "bpairs is 0 or 1, got '", value, "'");
-        f.b_pairs = value == "1" ? 1 : 0;
-        continue;
-      }
-      int* target = name == "bm" ? &f.block_m : name == "bn" ? &f.block_n : name == "cluster" ? &f.cluster
-                  : name == "stages" ? &f.stages : name == "split" ? &f.split : name == "tail" ? &f.tail : nullptr;
-      check_arg(target != nullptr, "FINEGEMM_FORCE_CONFIG", "unknown field '", name,
-                "' (bm, bn, cluster, mc, stages, split, l2b, l2d, tail, bpairs)");
-      *target = std::atoi(value.c_str());
-    }
-    return f;
-  }();
-  return forced;
-}
-
-bool matches_forced(const KernelConfig& c) {
-  const ForcedConfig& f = forced_config();
-  return (f.block_m == 0 || f.block_m == c.block_m) && (f.block_n == 0 || f.block_n == c.block_n) &&
-         (f.cluster == 0 || f.cluster == c.cluster_size) && (f.split == 0 || f.split == c.split_k) &&
-         (f.multicast == 0 || (c.cluster_size == 2 && c.split_k == 1 && (f.multicast == 'a') == c.multicast_on_a));
-}
-
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
 int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
@@ -163,8 +87,7 @@ int64_t rows_for_tiles(const Problem& p) { return p.m; }
 int tiled_groups(const Problem& p) { return p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1; }
 
 /// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
-/// tiles. Measured on an H100 (docs/performance-log.md, session 39; us, the library before / with wide tails, two
-/// rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3; 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2;
+/// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3; 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2;
 /// 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1, 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 /
 /// 194.2, 194.3; 4224x7168x2048 (128x192 before) 97.8, 97.4 / 94.7, 94.7; 4157x1000x4096 (128x128 before) 29.0, 29.0
 /// / 29.3, 29.2. A first version had the wide path in every 256x128 kernel and no K limit: the unchanged shapes ran
@@ -174,9 +97,8 @@ constexpr int64_t kWideTailMinK = 2048;
 
 /// Whether the kernel of `c` may run a dense GEMM's last row block as wide tiles (device::gemm_dense_wide_tail).
 bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && c.split_k == 1 && p.k >= kWideTailMinK &&
-         device::gemm_dense_wide_tail(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.cluster_size), false,
-                                      c.sa_mode);
+  return p.kind == GemmKind::kNormal && p.k >= kWideTailMinK &&
+         device::gemm_dense_wide_tail(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.split_k), c.sa_mode);
 }
 
 /// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once.
@@ -224,9 +146,7 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
                                                    : 2.0 * turns_cycles * block_m256_factor;
   const double cta_k = double(p.k) / double(c.split_k);
   const double tile_compute_s = double(ceil_div(p.k, 128)) / double(c.split_k) * k_block_cycles / hw.sm_clock_hz;
-  double tile_l2_bytes = double(c.block_m + c.block_n) * cta_k;
-  if (c.cluster_size == 2 && c.split_k == 1)
-    tile_l2_bytes -= double(c.multicast_on_a ? c.block_m : c.block_n) * double(p.k) / 2;
+  const double tile_l2_bytes = double(c.block_m + c.block_n) * cta_k;
   // Loading the tile's operands into the SM is counted in full next to the compute: with few K blocks per stage
   // ring the two overlap poorly (measured: BM=128 BN=16 at 128x4096x7168 ran 1.4x slower than BN=32 on an H100).
   // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
@@ -248,14 +168,10 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
 
 std::string KernelConfig::describe() const {
   std::ostringstream os;
-  os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << " cluster=" << cluster_size;
-  if (cluster_size > 1) os << (split_k > 1 ? "(split-K)" : multicast_on_a ? "(A)" : "(B)");
-  os << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
+  os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << (split_k > 1 ? " split-K" : "")
+     << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
-     << (d_evict_first ? " D:evict-first" : "");
-  if (tail_pieces > 1) os << " tail=" << (num_tiles - tail_first_tile) << "x" << tail_pieces;
-  if (wide_tail) os << " wide-tail";
-  os << " grid=" << grid
+     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "") << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -263,9 +179,46 @@ std::string KernelConfig::describe() const {
 std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
-     << block_n << "u, " << num_stages << "u, " << cluster_size << "u, " << (multicast_on_a ? "true" : "false") << ", "
-     << sa_mode << "u, " << split_k << "u" << (tail_pieces > 1 ? ", true" : wide_tail ? ", false, true" : "") << ">";
+     << block_n << "u, " << num_stages << "u, " << sa_mode << "u, " << split_k << "u, "
+     << (wide_tail ? "true" : "false") << ">";
   return os.str();
+}
+
+ConfigConstraints parse_constraints(const std::string& text) {
+  ConfigConstraints c;
+  c.text = text;
+  constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs";
+  std::istringstream fields(text);
+  for (std::string field; std::getline(fields, field, ',');) {
+    const size_t eq = field.find('=');
+    const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
+    check_arg(eq != std::string::npos && !value.empty(), kWhere, "fields are name=value (", kFields, "), got '",
+              field, "'");
+    if (name == "l2b" || name == "l2d") {
+      check_arg(value == "first" || value == "normal", kWhere, name, " is first or normal, got '", value, "'");
+      (name == "l2b" ? c.b_evict_first : c.d_evict_first) = value == "first" ? 1 : 0;
+      continue;
+    }
+    if (name == "bpairs") {
+      check_arg(value == "0" || value == "1", kWhere, "bpairs is 0 or 1, got '", value, "'");
+      c.b_pairs = value == "1" ? 1 : 0;
+      continue;
+    }
+    int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages
+                : name == "split" ? &c.split_k : nullptr;
+    check_arg(target != nullptr, kWhere, "unknown field '", name, "' (", kFields, ")");
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check_arg(used == value.size() && v > 0, kWhere, name, " is a positive integer, got '", value, "'");
+    *target = v;
+  }
+  return c;
 }
 
 namespace {
@@ -282,7 +235,7 @@ double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
 
 uint32_t sa_mode_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
-  // Measured on an H100 (docs/performance-log.md, session 21; gather -> TMA boxes, us): faster with many rows and long
+  // Measured on an H100 (gather -> TMA boxes, us): faster with many rows and long
   // K (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
   // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
   // 258.5 -> 305.0, 4096x7168x2048 107.0 -> 120.4, contiguous 8x4096x7168x2048 836.8 -> 1084.6) and at small M
@@ -292,114 +245,89 @@ uint32_t sa_mode_for(const Problem& p) {
                                                                        : device::kSaKMajorGather;
 }
 
-std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const HardwareModel& hw) {
+std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const ConfigConstraints& constraints,
+                                            const HardwareModel& hw) {
   std::vector<Candidate> out;
   const uint32_t sa_mode = sa_mode_for(p);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool unsplit_fills_one_wave = unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill;
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
-  const bool odd_eighths = odd_eighth_block_n_enabled();
-  const int n_step = odd_eighths ? kBlockNStep : 2 * kBlockNStep;  // the BLOCK_N values in use
+  const bool forced_256 = constraints.block_m == 256;
   for (int block_m : {64, 128, 256}) {
     for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
-      for (int cluster : {1, 2}) {
-        for (int variant : {0, 1, 2}) {  // cluster 2: multicast on A, on B, or split-K
-          if (cluster == 1 && variant != 0) continue;  // one unclustered variant
-          const bool on_a = variant == 0;
-          const int split = cluster == 2 && variant == 2 ? 2 : 1;
-          Candidate cand;
-          KernelConfig& c = cand.config;
-          c.kind = p.kind;
-          c.n = p.n;
-          c.k = p.k;
-          c.block_m = block_m;
-          c.block_n = block_n;
-          c.cluster_size = cluster;
-          c.multicast_on_a = on_a;
-          c.split_k = split;
-          c.sa_mode = sa_mode;
-          c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
-          c.grid = std::max(1, num_sms - (cluster == 2 ? num_sms % 2 : 0));
-          const int64_t m_blocks = ceil_div(rows, block_m);
-          const int64_t n_blocks = ceil_div(p.n, block_n);
-          // Filters, each with its reason.
-          if (block_n > max_block_n(block_m)) {
-            cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
-          } else if (block_n % 16 != 0 && !odd_eighths && forced_config().block_n != block_n) {
-            cand.rejected = "BLOCK_N an odd multiple of 8 measured slower on an H100 than the multiples of 16, even "
-                            "where it fills more SMs (docs/performance-log.md, session 12; "
-                            "FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1 allows it)";
-          } else if (block_n > ceil_div(p.n, int64_t(n_step)) * n_step) {
-            cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
-          } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
-            cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
-          } else if (block_m == 128 && rows <= 64) {
-            cand.rejected = "M fits one 64-row warpgroup";
-          } else if (block_m == 256 && rows <= 128 && forced_config().block_m != 256) {
-            cand.rejected = "M fits 128 rows";
-          } else if (block_m == 256 && block_n != 128) {
-            cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
-          } else if (block_m == 256 && p.k < kBlockM256MinK && !(one_256_row_block && p.k <= kBlockM256OneBlockMaxK) &&
-                     forced_config().block_m != 256) {
-            cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
-                            "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
-                            "saves";
-          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
-                     forced_config().block_m != 256) {
-            cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
-                            "slower than 128-row tiles, equal experts or not";
-          } else if (split == 2 && p.kind != GemmKind::kNormal) {
-            cand.rejected = "split-K is for dense GEMMs";
-          } else if (split == 2 && ceil_div(p.k, 128) % 2 != 0) {
-            cand.rejected = "split-K halves the K blocks: needs an even number of them";
-          } else if (split == 2 && (block_m != 64 || (block_n != 16 && block_n != 32) || p.k < kSplitKMinK)) {
-            cand.rejected = "split-K measured faster only with 64-row tiles 16 or 32 columns wide, at K=7168 "
-                            "(docs/performance-log.md, sessions 6 and 12)";
-          } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
-            cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
-          } else if (split == 2 && unsplit_fills_one_wave && forced_config().split != 2) {
-            cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast: docs/performance-log.md, "
-                            "session 11)";
-          } else if (cluster == 2 && split == 1 && !multicast_enabled() && forced_config().cluster != 2) {
-            cand.rejected = "2-CTA multicast measured slower than unclustered tiles on an H100 (docs/performance.md)";
-          } else if (cluster == 2 && num_sms < 2) {
-            cand.rejected = "a cluster of 2 needs 2 SMs";
-          } else if (cluster == 2 && split == 1 &&
-                     rows * tiled_groups(p) < kMulticastMinRows &&
-                     forced_config().cluster != 2) {
-            cand.rejected = "multicast pays only with many rows (>= 512)";
-          } else if (cluster == 2 && split == 1 && on_a && n_blocks % 2 != 0) {
-            cand.rejected = "multicast on A pairs adjacent n-blocks: needs an even number of n-blocks";
-          } else if (cluster == 2 && split == 1 && !on_a && block_n % 16 != 0) {
-            cand.rejected = "multicast on B loads half of B's rows per CTA: needs BLOCK_N a multiple of 16";
-          } else if (cluster == 2 && split == 1 && !on_a && p.kind != GemmKind::kNormal) {
-            cand.rejected = "multicast on B pairs m-blocks, which may belong to different experts";
-          } else if (cluster == 2 && split == 1 && !on_a && m_blocks % 2 != 0) {
-            cand.rejected = "multicast on B pairs adjacent m-blocks: needs an even number of m-blocks";
-          } else if (!matches_forced(c)) {
-            cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
-          }
-          if (cand.rejected.empty()) {
-            int stages = kMaxStages;
-            while (stages >= kMinStages &&
-                   int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                      uint32_t(p.k), uint32_t(split), sa_mode)) > hw.smem_per_block)
-              --stages;
-            const int64_t k_blocks = ceil_div(p.k, 128);
-            // More stages than K blocks of two tiles buy nothing.
-            stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks / split)));
-            if (forced_config().stages >= kMinStages) stages = std::min(stages, forced_config().stages);
-            if (stages < kMinStages) {
-              cand.rejected = "fewer than 3 pipeline stages fit in shared memory";
-            } else {
-              c.num_stages = stages;
-              c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                                uint32_t(p.k), uint32_t(split), sa_mode));
-              score(c, p, hw);
-            }
-          }
-          out.push_back(std::move(cand));
+      for (int split : {1, 2}) {
+        Candidate cand;
+        KernelConfig& c = cand.config;
+        c.kind = p.kind;
+        c.n = p.n;
+        c.k = p.k;
+        c.block_m = block_m;
+        c.block_n = block_n;
+        c.split_k = split;
+        c.sa_mode = sa_mode;
+        c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
+        c.grid = std::max(1, num_sms - (split == 2 ? num_sms % 2 : 0));
+        const int64_t m_blocks = ceil_div(rows, block_m);
+        const int64_t n_blocks = ceil_div(p.n, block_n);
+        // Filters, each with its reason.
+        if (block_n > max_block_n(block_m)) {
+          cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
+        } else if (block_n > ceil_div(p.n, int64_t(kBlockNStep)) * kBlockNStep) {
+          cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
+        } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
+          cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
+        } else if (block_m == 128 && rows <= 64) {
+          cand.rejected = "M fits one 64-row warpgroup";
+        } else if (block_m == 256 && rows <= 128 && !forced_256) {
+          cand.rejected = "M fits 128 rows";
+        } else if (block_m == 256 && block_n != 128) {
+          cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
+        } else if (block_m == 256 && p.k < kBlockM256MinK && !(one_256_row_block && p.k <= kBlockM256OneBlockMaxK) &&
+                   !forced_256) {
+          cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
+                          "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
+                          "saves";
+        } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
+                   !forced_256) {
+          cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
+                          "slower than 128-row tiles, equal experts or not";
+        } else if (split == 2 && p.kind != GemmKind::kNormal) {
+          cand.rejected = "split-K is for dense GEMMs";
+        } else if (split == 2 && ceil_div(p.k, 128) % 2 != 0) {
+          cand.rejected = "split-K halves the K blocks: needs an even number of them";
+        } else if (split == 2 && (block_m != 64 || (block_n != 16 && block_n != 32) || p.k < kSplitKMinK)) {
+          cand.rejected = "split-K measured faster only with 64-row tiles 16 or 32 columns wide, at K=7168";
+        } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
+          cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
+        } else if (split == 2 && unsplit_fills_one_wave && constraints.split_k != 2) {
+          cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast)";
+        } else if (split == 2 && num_sms < 2) {
+          cand.rejected = "a cluster of 2 needs 2 SMs";
+        } else if ((constraints.block_m != 0 && constraints.block_m != block_m) ||
+                   (constraints.block_n != 0 && constraints.block_n != block_n) ||
+                   (constraints.split_k != 0 && constraints.split_k != split)) {
+          cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
         }
+        if (cand.rejected.empty()) {
+          int stages = kMaxStages;
+          while (stages >= kMinStages &&
+                 int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
+                                                    uint32_t(p.k), uint32_t(split), sa_mode)) > hw.smem_per_block)
+            --stages;
+          const int64_t k_blocks = ceil_div(p.k, 128);
+          // More stages than K blocks of two tiles buy nothing.
+          stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks / split)));
+          if (constraints.stages >= kMinStages) stages = std::min(stages, constraints.stages);
+          if (stages < kMinStages) {
+            cand.rejected = "fewer than 3 pipeline stages fit in shared memory";
+          } else {
+            c.num_stages = stages;
+            c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
+                                                              uint32_t(p.k), uint32_t(split), sa_mode));
+            score(c, p, hw);
+          }
+        }
+        out.push_back(std::move(cand));
       }
     }
   }
@@ -413,99 +341,52 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 /// hint vs none): one row block 64x7168x16384 49.3 vs 53.5, 64x4096x7168 15.2 vs 17.0, 128x7168x16384 50.0 vs
 /// 55.1; two 128x2112x7168 (BM=64) 14.9 vs 15.5, masked 2x512x4096x7168 49.5 vs 51.9; three 384x7168x2048 13.9 vs
 /// 15.4; four masked 1x1024x7168x2048 31.0 vs 30.7; many 4096x32768x512 180.2 vs 134.8, contiguous
-/// 4x8192x4096x7168 1528.1 vs 1427.2 (docs/performance-log.md, session 7).
+/// 4x8192x4096x7168 1528.1 vs 1427.2.
 /// Beyond kEvictFirstMaxWaves waves the hint stays only on dense GEMMs with one row block, whose A every tile of the
 /// call reads: elsewhere it cost 2-30% in longer calls, even where each B tile is read once. Measured on an H100
-/// (session 35, kernel us, hint vs none, the same tiles): at most 2 waves 256x24576x1536 24.9 vs 26.7,
+/// (kernel us, hint vs none, the same tiles): at most 2 waves 256x24576x1536 24.9 vs 26.7,
 /// 352x14336x4096 43.0 vs 46.0, masked 4x32x7168x2048 26.7 vs 30.1, 4x384x4096x7168 73.7 vs 75.7 (but 8x256x4096x7168
 /// 116.3 vs 110.7); more waves, 2-3 row blocks: 384x32768x512 23.1 vs 19.7, masked 8x256x7168x2048 79.9 vs 68.3,
 /// 16x384x7168x2048 225.9 vs 157.9; one row block per group, masked: 32x256x4096x7168 441.9 vs 414.0,
 /// 16x32x7168x2048 97.6 vs 94.9 (8x32x7168x2048 50.3 vs 52.3); dense: 32x65536x2048 52.0 vs 56.4, 64x49152x4096 76.9
 /// vs 80.2, 64x65536x7168 171.7 vs 171.4 (128x129280x7168 346.3 vs 335.0, 256x65536x2048 70.0 vs 68.2).
-/// Where B has one row block per group, the hint also needs a call of at most kEvictFirstMaxOneBlockFlops: in that
-/// session's runs every such call of 30 GFLOP or less gained from it (128x7168x16384, masked 4x128x4096x7168 52.6 vs
+/// Where B has one row block per group, the hint also needs a call of at most kEvictFirstMaxOneBlockFlops: in those
+/// runs every such call of 30 GFLOP or less gained from it (128x7168x16384, masked 4x128x4096x7168 52.6 vs
 /// 53.7, 4x256x7168x2048 34.9 vs 36.3, 8x64x4096x7168 91.0 vs 93.2, 128x65536x1536 47.9 vs 49.4) and every larger one
 /// lost or ran even (masked 4x192x4096x7168 (45 GFLOP) 58.9 vs 58.5, 4x256x4096x7168 60.8 vs 59.2, 8x128x4096x7168
 /// 99.6 vs 95.5, 8x256x4096x7168 116.3 vs 110.7; dense 128x129280x7168 and 256x65536x2048 above, 64x65536x7168 and
 /// 64x129280x7168 within 0.6%), whatever its intensity (FLOPs per byte of B) or length. Masked calls with 64-row
-/// tiles keep it in three waves too (session 36, us, hint vs none: 8x16x7168x2048 49.2 vs 51.8-52.0, 8x32x7168x2048
+/// tiles keep it in three waves too (us, hint vs none: 8x16x7168x2048 49.2 vs 51.8-52.0, 8x32x7168x2048
 /// 50.3-50.8 vs 52.1-52.4, 8x64x7168x2048 52.0-52.3 vs 52.7-53.1, 12x32x4096x7168 132.0-132.2 vs 132.3-132.4; in four
 /// waves it lost: 10x64x7168x2048 64.0 vs 63.6, 16x16x4096x7168 172.1 vs 170.0).
 constexpr int64_t kEvictFirstMaxRowBlocks = 3;
 constexpr int64_t kEvictFirstMaxWaves = 2;
 constexpr double kEvictFirstMaxOneBlockFlops = 36e9;
 
-// The tail split is experimental. Measured on an H100, its schedule alone (FG_EXPERIMENT=128: no exchange, wrong
-// results) ran 1-10% faster than uncut tiles on the shapes it cuts, but exchanging the pieces' partial sums through
-// global memory cost 14-19 us a GEMM (the slot writes alone 6-12 us), a net loss on all but a few shapes
-// (docs/performance-log.md, session 10). So it is off unless FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1 (read at each plan, so
-// a process can turn it on for its later calls) or FINEGEMM_FORCE_CONFIG names tail=N.
-bool tail_split_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT"); }
-
-// Odd-eighth BLOCK_N (24, 40, ...) measured slower than the default picks on most shapes (session 12): off unless
-// FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1, read at each plan like the tail split's switch.
-bool odd_eighth_block_n_enabled() { return experimental_switch_on("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N"); }
-
-std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config) {
+bool takes_steady_ffma_pass(const KernelConfig& config) {
   // ptxas has every other promotion FFMA yield its issue slot; in the 256-row kernels those runs issue faster without
-  // (H100, session 41, against no pass, alternating: 4096x7168x16384 637.5, 638.5 us / 650.8, 649.8, the other 256x128
-  // seed shapes 0.8-1.1% and contiguous 4x8192x4096x7168 1.9% faster), and in the dense 128-row kernels with whole
-  // batches (`finegemm bench --sass-ab`, FINEGEMM_SASS_PASS_MODE=steady, on/off in three rounds: 1024x7168x2048 at
-  // 128x160 0.978-0.982, 128x128 and 128x112 0.994-1.001). Not elsewhere: 128x192 (half batches) 1.003-1.010, grouped
-  // 128x160 1.001-1.047 (masked 4x600x4096x7168 the most), the narrow K-depth kernels 0.998-1.003.
+  // (H100, against no pass, alternating: 4096x7168x16384 637.5, 638.5 us / 650.8, 649.8, the other 256x128 seed
+  // shapes 0.8-1.1% and contiguous 4x8192x4096x7168 1.9% faster), and in the dense 128-row kernels with whole batches
+  // (on/off in three rounds: 1024x7168x2048 at 128x160 0.978-0.982, 128x128 and 128x112 0.994-1.001). Not
+  // elsewhere: 128x192 (half batches) 1.003-1.010, grouped 128x160 1.001-1.047 (masked 4x600x4096x7168 the most), the
+  // narrow K-depth kernels 0.998-1.003.
   const bool dense_whole_batches =
       config.kind == GemmKind::kNormal && config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
-  if (config.block_m == 256 || dense_whole_batches) return sass::FfmaPassMode::kSteady;
-  return std::nullopt;
+  return config.block_m == 256 || dense_whole_batches;
 }
 
 namespace {
-/// Tail split: the tiles of the last wave cut into `pieces` K ranges, dealt to the CTAs after the whole tiles. Modeled
-/// time of the last wave: each CTA runs ceil(cut tiles * pieces / CTAs) pieces, each a 1/pieces share of a tile plus
-/// writing its fp32 partial sums, and the last piece of a tile reads the others' (all at the SM's L2 rate). The
-/// pieces are few and large (at least 2 K blocks each, at most kTailSlotsPerSm per CTA: the workspace's size).
-constexpr int kMaxTailPieces = int(device::kMaxTailPieces);
-constexpr int64_t kTailSlotsPerSm = int64_t(device::kTailSlotsPerSm);
-constexpr double kTailMinGain = 0.10;  // of a tile's time: below it the split is not worth its memory traffic
-
-double tail_wave_us(const KernelConfig& c, int64_t cut_tiles, int pieces, const HardwareModel& hw) {
-  if (pieces == 1) return c.tile_us;
-  const double slot_us = 1e6 * 4.0 * c.block_m * c.block_n / hw.sm_l2_bytes_per_s;
-  const int64_t rounds = ceil_div(cut_tiles * pieces, c.grid);
-  return double(rounds) * (c.tile_us / pieces + slot_us) + double(pieces - 1) * slot_us;
-}
-
-/// Pieces per tile of the last wave (1: no split) for the chosen configuration.
-int tail_pieces_for(const Problem& p, const KernelConfig& c, const HardwareModel& hw) {
-  const int64_t k_blocks = ceil_div(p.k, 128);
-  const int64_t cut_tiles = c.num_tiles % c.grid;
-  const bool eligible = p.kind == GemmKind::kNormal && !p.sa_k_major && c.cluster_size == 1 && c.split_k == 1 &&
-                        !c.wide_tail &&
-                        device::gemm_k_depth(uint32_t(c.block_m), uint32_t(c.block_n)) == 1 &&
-                        k_blocks >= 2 * kMaxTailPieces && cut_tiles > 0;
-  if (!eligible) return 1;
-  const int forced = forced_config().tail;
-  auto fits = [&](int s) { return s >= 1 && s <= kMaxTailPieces && cut_tiles * s <= kTailSlotsPerSm * c.grid; };
-  if (forced > 0) return fits(forced) ? forced : 1;
-  if (!tail_split_enabled()) return 1;
-  int best = 1;
-  for (int s = 2; s <= kMaxTailPieces; ++s)
-    if (fits(s) && tail_wave_us(c, cut_tiles, s, hw) < tail_wave_us(c, cut_tiles, best, hw)) best = s;
-  return tail_wave_us(c, cut_tiles, best, hw) <= (1.0 - kTailMinGain) * c.tile_us ? best : 1;
-}
-
 /// Dense GEMMs launch the fewest CTAs that run the same number of waves: the critical path stays the same (each CTA
 /// still takes at most num_waves tiles) and the SMs that would only have run a shorter last round stay idle, out of
-/// the L2 traffic and the power budget of the others. DeepGEMM sizes its grid the same way. Measured on an H100 in
-/// one process each (tools/compare, docs/performance-log.md, session 23), the same 256x128 kernels on 128 CTAs instead
-/// of 132: 4096x4096x7168 (512 tiles, 4 waves) 169.5 instead of 171.4 us, 4096x7168x2048 (896 tiles, 7 waves) 92.2
-/// instead of 92.9.
+/// the L2 traffic and the power budget of the others. DeepGEMM sizes its grid the same way. Measured on an H100, the
+/// same 256x128 kernels on 128 CTAs instead of 132: 4096x4096x7168 (512 tiles, 4 waves) 169.5 instead of 171.4 us,
+/// 4096x7168x2048 (896 tiles, 7 waves) 92.2 instead of 92.9.
 /// Grouped GEMMs keep every SM: their tile count is planned for the largest layout, and fewer rows at run time would
-/// run in more waves on fewer CTAs. Tail-split configurations keep theirs (the pieces are dealt over the grid).
+/// run in more waves on fewer CTAs.
 int fewest_ctas_for_the_waves(const Problem& p, const KernelConfig& c) {
-  if (p.kind != GemmKind::kNormal || c.tail_pieces > 1 || c.num_waves < 1) return c.grid;
+  if (p.kind != GemmKind::kNormal || c.num_waves < 1) return c.grid;
   const int64_t tiles_per_round = ceil_div(c.num_tiles, c.num_waves);
-  const int64_t ctas = ceil_div(tiles_per_round * c.split_k, int64_t(c.cluster_size)) * c.cluster_size;
+  const int64_t ctas = ceil_div(tiles_per_round * c.split_k, int64_t(c.split_k)) * c.split_k;
   return int(std::min<int64_t>(c.grid, ctas));
 }
 
@@ -529,9 +410,9 @@ bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
 }
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
-/// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in dense,
-/// unclustered kernels without tail split, BLOCK_M <= 128 and BLOCK_N >= 64 (what the kernel requires; elsewhere it
-/// ignores the flag). Measured on an H100 (docs/performance-log.md, session 31), us without / with pairs:
+/// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in dense kernels
+/// without split-K, BLOCK_M <= 128 and BLOCK_N >= 64 (what the kernel requires; elsewhere it ignores the flag).
+/// Measured on an H100, us without / with pairs:
 /// 128x24576x1536 (219 FLOP/B) 20.4 -> 19.7-19.9, 64x7168x16384 (126) 49.3-49.4 -> 48.2-48.4, 256x32768x512 (255)
 /// 18.4-18.5 -> 17.1-17.2, 256x24576x1536 (381) 25.0-25.7 -> 24.5-24.7, 128x32768x512 (340) 12.2-12.4 -> 11.8-11.9
 /// in one call and 12.2 both ways in another, the other M <= 128 seed shapes unchanged; slower where the tensor work
@@ -542,8 +423,7 @@ constexpr double kBPairsMaxFlopsPerByte = 500.0;
 
 /// Whether the kernel for `c` can pair B's stages (its kBPairs); FINEGEMM_FORCE_CONFIG=bpairs=1 pairs only these.
 bool b_pairs_allowed(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && c.cluster_size == 1 && c.split_k == 1 && c.tail_pieces == 1 &&
-         c.block_m <= 128 && c.block_n >= 64;
+  return p.kind == GemmKind::kNormal && c.split_k == 1 && c.block_m <= 128 && c.block_n >= 64;
 }
 
 bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
@@ -556,11 +436,11 @@ bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
 /// D's TMA stores carry the L2 evict-first hint (GemmArgs::d_evict_first) where the output is larger than the L2 and
 /// at least kDEvictFirstMinWriteRatio times A's and B's bytes together: there D's stream, written once and never read,
 /// would otherwise push out the operand lines that later tiles read again. Measured on an H100
-/// (docs/performance-log.md, session 43; `scripts/ab-shapes/d-evict-first.csv`, us, plain / hinted, two rounds):
+/// (us, plain / hinted, two rounds):
 /// 4096x32768x512 (D 14x A+B) 129.1, 128.8 / 126.7, 126.7; no change at 7.5x and below (2048x32768x512 67.5, 67.6 /
 /// 67.7, 67.7; 4096x24576x1536 236.4, 235.7 / 235.3, 235.7; contiguous 4x8192x7168x2048 829.9, 832.7 / 829.9,
 /// 830.2; 1024x24576x1536 61.5, 61.6 / 61.9, 61.7). Where D fits the L2 the hint would write it back during the call
-/// instead of after it (session 18: 64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us).
+/// instead of after it (64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us).
 constexpr double kDEvictFirstMinWriteRatio = 10.0;
 
 bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
@@ -570,8 +450,9 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
 
 }  // namespace
 
-KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& hw) {
-  const std::vector<Candidate> candidates = enumerate_candidates(p, num_sms, hw);
+KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraints& constraints,
+                           const HardwareModel& hw) {
+  const std::vector<Candidate> candidates = enumerate_candidates(p, num_sms, constraints, hw);
   const KernelConfig* best = nullptr;
   for (const auto& cand : candidates) {
     if (!cand.rejected.empty()) continue;
@@ -580,32 +461,30 @@ KernelConfig select_config(const Problem& p, int num_sms, const HardwareModel& h
       best = &c;
       continue;
     }
-    // Lower modeled time (1% tolerance), then fewer waves, then larger BLOCK_M, then multicast, then smaller BLOCK_N.
+    // Lower modeled time (1% tolerance), then fewer waves, then larger BLOCK_M, then no split-K, then smaller BLOCK_N.
     const double tolerance = 0.01 * best->estimated_us;
     if (c.estimated_us < best->estimated_us - tolerance) {
       best = &c;
     } else if (std::abs(c.estimated_us - best->estimated_us) <= tolerance) {
       const auto rank = [](const KernelConfig& x) {
-        return std::make_tuple(-x.num_waves, x.block_m, -x.split_k, x.cluster_size, x.multicast_on_a ? 1 : 0, -x.block_n);
+        return std::make_tuple(-x.num_waves, x.block_m, -x.split_k, -x.block_n);
       };
       if (rank(c) > rank(*best)) best = &c;
     }
   }
-  const char* forced = std::getenv("FINEGEMM_FORCE_CONFIG");
   check(best != nullptr, Error::Kind::kUnsupported, "heuristics", "no kernel configuration fits M=", p.m, " N=", p.n,
         " K=", p.k,
-        forced != nullptr ? std::string(" with FINEGEMM_FORCE_CONFIG=") + forced +
-                                " (which rejects every other candidate: unset it or name a configuration that fits this shape)"
-                          : std::string());
+        constraints.empty() ? std::string()
+                            : " with FINEGEMM_FORCE_CONFIG=" + constraints.text +
+                                  " (which rejects every other candidate: unset it or name a configuration that fits "
+                                  "this shape)");
   KernelConfig chosen = *best;
-  chosen.b_evict_first = forced_config().l2_b != 0 ? forced_config().l2_b == 'f' : b_evict_first_pays(p, chosen);
-  chosen.tail_pieces = tail_pieces_for(p, chosen, hw);
-  chosen.tail_first_tile =
-      chosen.tail_pieces > 1 ? chosen.num_tiles - chosen.num_tiles % chosen.grid : chosen.num_tiles;
+  chosen.b_evict_first =
+      constraints.b_evict_first >= 0 ? constraints.b_evict_first == 1 : b_evict_first_pays(p, chosen);
   chosen.grid = fewest_ctas_for_the_waves(p, chosen);
-  chosen.d_evict_first = forced_config().l2_d != 0 ? forced_config().l2_d == 'f' : d_evict_first_pays(p, hw);
-  chosen.b_pairs = forced_config().b_pairs >= 0 ? forced_config().b_pairs == 1 && b_pairs_allowed(p, chosen)
-                                                : b_pairs_pay(p, chosen);
+  chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1 : d_evict_first_pays(p, hw);
+  chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(p, chosen)
+                                            : b_pairs_pay(p, chosen);
   return chosen;
 }
 

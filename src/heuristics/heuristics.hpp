@@ -1,13 +1,12 @@
 // Problem -> kernel configuration: enumerate candidates, filter (each filter says why), score with a time model.
-// Deterministic: no run-time tuning.
+// Deterministic and pure: the same problem, SM count and constraints give the same configuration; nothing is measured
+// or read from the environment here.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "finegemm/finegemm.hpp"
-#include "sass/ffma_interleave.hpp"
 
 namespace finegemm::heuristics {
 
@@ -21,23 +20,35 @@ struct HardwareModel {
   double l2_bytes = 50e6;               ///< L2 cache size
 };
 
+/// Restrictions on the configuration, for measurements (FINEGEMM_FORCE_CONFIG, parsed by parse_constraints): a
+/// field left at its default is the heuristic's choice. Candidates that differ in a named field are rejected; the
+/// other filters still apply (except the measured-speed ones on M and K for a forced bm=256, and split-K's fill rule
+/// for a forced split=2), so a forced configuration is always one the kernel supports, or none is found.
+struct ConfigConstraints {
+  int block_m = 0, block_n = 0, stages = 0, split_k = 0;
+  int b_evict_first = -1;  ///< B's L2 hint on its TMA loads: 1 evict-first, 0 normal, -1 the heuristic's
+  int d_evict_first = -1;  ///< D's L2 hint on its TMA stores, as b_evict_first
+  int b_pairs = -1;        ///< B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
+  std::string text;        ///< as given, for messages ("" when nothing is constrained)
+
+  bool empty() const { return text.empty(); }
+};
+
+/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0" (any subset; "" constrains nothing).
+/// Throws Error(kInvalidArgument) naming the field and what it accepts.
+ConfigConstraints parse_constraints(const std::string& text);
+
 struct KernelConfig {
   GemmKind kind = GemmKind::kNormal;
   int64_t n = 0, k = 0;
   int block_m = 0, block_n = 0, num_stages = 0;
-  int cluster_size = 1;
-  bool multicast_on_a = true;  ///< which operand the 2-CTA cluster shares (cluster_size == 2, split_k == 1)
-  int split_k = 1;             ///< 2: the two CTAs of a cluster each take half of K (cluster_size == 2, no multicast)
+  int split_k = 1;             ///< 2: the two CTAs of a 2-CTA cluster each take half of K
   /// How the kernel reads SA (device::GemmSaMode): MN-major by TMA, K-major by TMA boxes of 4 K blocks, or K-major
   /// gathered (sa_mode_for; the GEMM calls also fall back to it for strides TMA cannot take).
   uint32_t sa_mode = 0;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
-  /// Tail split (dense GEMMs): > 1 cuts each tile of the last, partial wave (tiles from tail_first_tile on) into this
-  /// many ranges of K blocks run by different CTAs (device::GemmArgs); 1: none.
-  int tail_pieces = 1;
-  int64_t tail_first_tile = 0;
   /// Dense 256x128 tiles: the last row block (at most 128 rows) runs as wide tiles over two n-blocks each, in a kernel
   /// of its own (device::gemm_dense_wide_tail; score() picks it where it saves a round of tiles).
   bool wide_tail = false;
@@ -50,7 +61,8 @@ struct KernelConfig {
   double tile_us = 0.0;  ///< modeled time of one tile on one SM
   double estimated_us = 0.0;
 
-  std::string describe() const;         ///< one line, e.g. "BM=128 BN=112 stages=5 cluster=2(A) grid=132 smem=..."
+  int cluster_size() const { return split_k; }
+  std::string describe() const;         ///< one line, e.g. "BM=128 BN=112 stages=5 sa=mn grid=132 smem=..."
   std::string kernel_function() const;  ///< the template instantiation to compile
 };
 
@@ -65,21 +77,16 @@ struct Candidate {
 uint32_t sa_mode_for(const Problem& problem);
 
 /// Every candidate for `problem` with the filter verdicts (for tests and `FINEGEMM_PRINT_CONFIGS`).
-std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const HardwareModel& hw = {});
+std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const ConfigConstraints& constraints = {},
+                                            const HardwareModel& hw = {});
 
-/// Whether the experimental tail split (KernelConfig::tail_pieces) is on: FINEGEMM_EXPERIMENTAL_TAIL_SPLIT=1.
-bool tail_split_enabled();
-
-/// Whether BLOCK_N may be an odd multiple of 8 (24, 40, 56, ...): FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1. The kernel
-/// supports such tiles; the heuristic leaves them out by default because they measured slower (heuristics.cpp).
-bool odd_eighth_block_n_enabled();
-
-/// The FFMA pass (src/sass) a kernel of `config` takes after compiling, none if empty: the steady one (promotion
-/// FFMAs issued without yielding) for 256-row tiles and dense 128-row tiles with whole batches (BLOCK_N 72-184),
-/// measured faster or the same there and slower on 128x192 and grouped 128-row tiles (heuristics.cpp).
-std::optional<sass::FfmaPassMode> ffma_pass_for(const KernelConfig& config);
+/// Whether a kernel of `config` takes the steady FFMA pass (src/sass) after compiling: the promotion FFMAs issued
+/// without yielding, for 256-row tiles and dense 128-row tiles with whole batches (BLOCK_N 72-184), measured faster
+/// or the same there and slower on 128x192 and grouped 128-row tiles (heuristics.cpp).
+bool takes_steady_ffma_pass(const KernelConfig& config);
 
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.
-KernelConfig select_config(const Problem& problem, int num_sms, const HardwareModel& hw = {});
+KernelConfig select_config(const Problem& problem, int num_sms, const ConfigConstraints& constraints = {},
+                           const HardwareModel& hw = {});
 
 }  // namespace finegemm::heuristics

@@ -14,7 +14,6 @@
 #include <sstream>
 
 #include "common/error.hpp"
-#include "jit/embedded_headers.hpp"
 
 namespace finegemm::jit {
 namespace {
@@ -33,7 +32,7 @@ void check_nvrtc(nvrtcResult result, const char* what, const std::string& log = 
 
 class NvrtcCompiler final : public Compiler {
  public:
-  NvrtcCompiler(bool debug, const std::vector<std::string>& extra_flags) {
+  explicit NvrtcCompiler(bool debug) {
     int major = 0, minor = 0;
     check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
     identity_ = "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
@@ -41,22 +40,23 @@ class NvrtcCompiler final : public Compiler {
     // function (the kernel instantiates its K loop once per compile-time scale split through one).
     flags_ = {kArchFlag, "-std=c++17", "-default-device", "--ptxas-options=--verbose", "-DNDEBUG"};
     if (debug) flags_.push_back("-lineinfo");
-    flags_.insert(flags_.end(), extra_flags.begin(), extra_flags.end());
   }
 
   std::string identity() const override { return identity_; }
   const std::vector<std::string>& flags() const override { return flags_; }
 
-  CompileResult compile(const std::string& source, const std::string& name_expression) const override {
+  CompileResult compile(const std::string& source, const std::string& name_expression,
+                        const std::vector<const HeaderSet*>& header_sets) const override {
     const auto start = std::chrono::steady_clock::now();
-    const auto& headers = embedded_headers();
     std::vector<const char*> contents, names;
-    for (const auto& h : headers) {
-      contents.push_back(h.content);
-      names.push_back(h.path);
+    for (const HeaderSet* set : header_sets) {
+      for (const auto& h : set->headers) {
+        contents.push_back(h.content);
+        names.push_back(h.path);
+      }
     }
     nvrtcProgram program = nullptr;
-    check_nvrtc(nvrtcCreateProgram(&program, source.c_str(), "finegemm_kernel.cu", int(headers.size()),
+    check_nvrtc(nvrtcCreateProgram(&program, source.c_str(), "finegemm_kernel.cu", int(contents.size()),
                                    contents.data(), names.data()),
                 "nvrtcCreateProgram");
     struct Destroy {
@@ -116,7 +116,7 @@ std::string find_nvcc() {
 
 class NvccCompiler final : public Compiler {
  public:
-  NvccCompiler(bool debug, const std::vector<std::string>& extra_flags) : nvcc_(find_nvcc()) {
+  explicit NvccCompiler(bool debug) : nvcc_(find_nvcc()) {
     int status = 0;
     const std::string version = run_command("\"" + nvcc_ + "\" --version", &status);
     check(status == 0, Error::Kind::kCompile, "jit::nvcc", "cannot run ", nvcc_,
@@ -126,13 +126,13 @@ class NvccCompiler final : public Compiler {
     identity_ = std::regex_search(version, match, release) ? "nvcc " + match[2].str() : "nvcc unknown";
     flags_ = {"-gencode=arch=compute_90a,code=sm_90a", "-std=c++17", "-O3", "-Xptxas=-v", "-DNDEBUG"};
     if (debug) flags_.push_back("-lineinfo");
-    flags_.insert(flags_.end(), extra_flags.begin(), extra_flags.end());
   }
 
   std::string identity() const override { return identity_; }
   const std::vector<std::string>& flags() const override { return flags_; }
 
-  CompileResult compile(const std::string& source, const std::string& name_expression) const override {
+  CompileResult compile(const std::string& source, const std::string& name_expression,
+                        const std::vector<const HeaderSet*>& header_sets) const override {
     namespace fs = std::filesystem;
     const auto start = std::chrono::steady_clock::now();
     char tmpl[] = "/tmp/finegemm-nvcc-XXXXXX";
@@ -145,10 +145,12 @@ class NvccCompiler final : public Compiler {
         fs::remove_all(p, ec);
       }
     } cleanup{dir};
-    for (const auto& h : embedded_headers()) {
-      const fs::path path = dir / "include" / h.path;
-      fs::create_directories(path.parent_path());
-      std::ofstream(path, std::ios::binary).write(h.content, std::streamsize(h.size));
+    for (const HeaderSet* set : header_sets) {
+      for (const auto& h : set->headers) {
+        const fs::path path = dir / "include" / h.path;
+        fs::create_directories(path.parent_path());
+        std::ofstream(path, std::ios::binary).write(h.content, std::streamsize(h.size));
+      }
     }
     const fs::path cu = dir / "kernel.cu";
     std::ofstream(cu) << source;
@@ -185,10 +187,9 @@ class NvccCompiler final : public Compiler {
 
 }  // namespace
 
-std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug,
-                                        const std::vector<std::string>& extra_flags) {
-  if (backend.empty() || backend == "nvrtc") return std::make_unique<NvrtcCompiler>(debug, extra_flags);
-  if (backend == "nvcc") return std::make_unique<NvccCompiler>(debug, extra_flags);
+std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug) {
+  if (backend.empty() || backend == "nvrtc") return std::make_unique<NvrtcCompiler>(debug);
+  if (backend == "nvcc") return std::make_unique<NvccCompiler>(debug);
   fail(Error::Kind::kInvalidArgument, "jit", "FINEGEMM_JIT_COMPILER must be 'nvrtc' or 'nvcc', got '", backend, "'");
 }
 

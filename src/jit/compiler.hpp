@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "jit/embedded_headers.hpp"
+
 namespace finegemm::jit {
 
 struct CompileResult {
@@ -21,15 +23,15 @@ class Compiler {
   virtual std::string identity() const = 0;
   /// Flags, part of the cache key.
   virtual const std::vector<std::string>& flags() const = 0;
-  /// Compiles `source`, whose device headers come from the embedded copies. `name_expression` names the kernel
-  /// (e.g. "&finegemm::device::jit_smoke_kernel<1024>") so its mangled symbol can be reported. Throws Error(kCompile).
-  virtual CompileResult compile(const std::string& source, const std::string& name_expression) const = 0;
+  /// Compiles `source`, whose includes resolve to the headers of `header_sets`. `name_expression` names the kernel
+  /// (e.g. "&finegemm::device::sm90_fp8_gemm_kernel<...>") so its mangled symbol can be reported. Throws
+  /// Error(kCompile).
+  virtual CompileResult compile(const std::string& source, const std::string& name_expression,
+                                const std::vector<const HeaderSet*>& header_sets) const = 0;
 };
 
-/// "nvrtc" or "nvcc"; `debug` adds line info and keeps the compiler log verbose.
-/// `extra_flags` (e.g. -D experiment switches) are appended to the backend's flags, so they enter every cache key.
-std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug,
-                                        const std::vector<std::string>& extra_flags = {});
+/// "nvrtc" or "nvcc"; `debug` adds line info.
+std::unique_ptr<Compiler> make_compiler(const std::string& backend, bool debug);
 
 /// Bytes of local-memory spill stores + loads reported by ptxas in `log` (-1 when the log holds no report).
 long spill_bytes_from_log(const std::string& log);

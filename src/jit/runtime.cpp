@@ -9,11 +9,9 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
-#include "finegemm/device/common/gemm_args.cuh"
-#include "finegemm/device/common/gemm_layout.cuh"
 #include "jit/driver.hpp"
 #include "jit/embedded_headers.hpp"
-#include "sass/ffma_interleave.hpp"
+#include "sass/ffma_pass.hpp"
 
 namespace finegemm::jit {
 namespace {
@@ -51,42 +49,17 @@ Options Options::from_environment() {
   }
   if (const char* c = std::getenv("FINEGEMM_JIT_COMPILER"); c != nullptr && c[0] != '\0') o.compiler = c;
   o.debug = env_flag("FINEGEMM_JIT_DEBUG");
-  o.print_configs = env_flag("FINEGEMM_PRINT_CONFIGS");
   if (const char* d = std::getenv("FINEGEMM_DUMP_SASS"); d != nullptr && d[0] != '\0' && std::string(d) != "0")
     o.dump_dir = std::string(d) == "1" ? "finegemm-dump" : d;
   o.disable_sass_pass = env_flag("FINEGEMM_DISABLE_SASS_PASS");
-  if (const char* m = std::getenv("FINEGEMM_SASS_PASS_MODE"); m != nullptr && m[0] != '\0') {
-    const std::string mode = m;
-    check_arg(mode == "interleave" || mode == "steady", "FINEGEMM_SASS_PASS_MODE",
-              "must be 'interleave' or 'steady', got '", mode, "'");
-    o.sass_pass_mode = mode == "steady" ? sass::FfmaPassMode::kSteady : sass::FfmaPassMode::kInterleave;
-  }
-  o.pdl = env_flag("FINEGEMM_PDL");
-  if (const char* s = std::getenv("FINEGEMM_NUM_SMS"); s != nullptr && s[0] != '\0') {
-    char* end = nullptr;
-    const long v = std::strtol(s, &end, 10);
-    check_arg(end != s && *end == '\0' && v >= 0 && v <= 1024, "FINEGEMM_NUM_SMS",
-              "must be a number of SMs (0 for all), got '", s, "'");
-    o.num_sms = int(v);
-  }
-  if (const char* d = std::getenv("FINEGEMM_JIT_DEFINES"); d != nullptr) {
-    std::istringstream words(d);
-    for (std::string w; words >> w;) {
-      check_arg(w.size() > 2 && w.compare(0, 2, "-D") == 0, "FINEGEMM_JIT_DEFINES",
-                "takes only -DNAME or -DNAME=VALUE words, got '", w, "'");
-      o.extra_defines.push_back(w);
-    }
-  }
   return o;
 }
 
 std::string Options::describe() const {
   std::ostringstream os;
   os << "cache_dir=" << (cache_dir.empty() ? "(disabled)" : cache_dir) << " compiler=" << compiler
-     << " debug=" << debug << " print_configs=" << print_configs << " dump=" << (dump_dir.empty() ? "-" : dump_dir)
-     << " sass_pass=" << (disable_sass_pass ? "disabled" : "default") << " (" << sass::to_string(sass_pass_mode) << ")"
-     << " num_sms=" << num_sms << " pdl=" << pdl;
-  for (const auto& d : extra_defines) os << ' ' << d;
+     << " debug=" << debug << " dump=" << (dump_dir.empty() ? "-" : dump_dir)
+     << " sass_pass=" << (disable_sass_pass ? "disabled" : "default");
   return os.str();
 }
 
@@ -99,53 +72,48 @@ Runtime& Runtime::instance() {
   return runtime;
 }
 
-Runtime::Runtime(Options options) : options_(std::move(options)), pdl_(options_.pdl) {
+Runtime::Runtime(Options options) : options_(std::move(options)) {
   disk_cache_ = std::make_unique<DiskCache>(options_.cache_dir);
-  Hasher hasher;
-  for (const auto& h : embedded_headers()) hasher.update(std::string_view(h.path)).update(h.content, h.size);
-  headers_hash_ = hasher.hex();
 }
 
 Runtime::~Runtime() = default;
 
 const Compiler& Runtime::compiler() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!compiler_) compiler_ = make_compiler(options_.compiler, options_.debug, options_.extra_defines);
+  if (!compiler_) compiler_ = make_compiler(options_.compiler, options_.debug);
   return *compiler_;
 }
 
-std::optional<sass::FfmaPassMode> Runtime::ffma_pass_for(const KernelSpec& spec) const {
-  if (options_.disable_sass_pass) return std::nullopt;
-  if (spec.sass_pass && sass_pass_enabled_) return options_.sass_pass_mode;
-  return spec.ffma_pass;
+bool Runtime::steady_pass_for(const KernelSpec& spec) const {
+  return spec.steady_ffma_pass && !options_.disable_sass_pass;
 }
 
-std::string Runtime::cache_key(const KernelSpec& spec, std::optional<sass::FfmaPassMode> ffma_pass) {
+std::string Runtime::cache_key(const KernelSpec& spec, bool steady_pass) {
   const Compiler& c = compiler();
   Hasher hasher;
-  hasher.update(std::string_view(kCacheLayoutVersion)).update(spec.source()).update(headers_hash_).update(c.identity());
+  hasher.update(std::string_view(kCacheLayoutVersion)).update(spec.source()).update(library_headers().hash);
+  if (spec.own_headers != nullptr) hasher.update(spec.own_headers->hash);
+  hasher.update(c.identity());
   for (const auto& f : c.flags()) hasher.update(f);
-  hasher.update(ffma_pass ? "sass-pass-v" + std::to_string(sass::kPassVersion) + "-" + sass::to_string(*ffma_pass)
-                          : std::string("no-sass-pass"));
+  hasher.update(steady_pass ? "steady-ffma-pass-v" + std::to_string(sass::kPassVersion) : std::string("no-sass-pass"));
   return hasher.hex();
 }
 
-KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key,
-                            std::optional<sass::FfmaPassMode> ffma_pass) {
+KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key, bool steady_pass) {
   const std::string source = spec.source();
-  CompileResult result = compiler().compile(source, "&" + spec.function);
+  std::vector<const HeaderSet*> header_sets = {&library_headers()};
+  if (spec.own_headers != nullptr) header_sets.push_back(spec.own_headers);
+  CompileResult result = compiler().compile(source, "&" + spec.function, header_sets);
   KernelBinary b;
   b.key = key;
   b.symbol = result.symbol;
   b.cubin = std::move(result.cubin);
   b.log = std::move(result.log);
   b.compiled = true;
-  if (ffma_pass) {
+  if (steady_pass) {
     const std::vector<char> in(b.cubin.begin(), b.cubin.end());
-    sass::InterleaveReport report;
-    sass::InterleaveOptions pass_options;
-    pass_options.mode = *ffma_pass;
-    const std::vector<char> out = sass::interleave_ffma(in, pass_options, &report);
+    sass::PassReport report;
+    const std::vector<char> out = sass::steady_ffma_pass(in, {}, &report);
     b.cubin.assign(out.begin(), out.end());
     if (options_.debug) std::fprintf(stderr, "finegemm: sass pass on %s: %s\n", key.c_str(), report.to_string().c_str());
   }
@@ -165,8 +133,9 @@ KernelBinary Runtime::build(const KernelSpec& spec, const std::string& key,
 
 std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec, bool* compiled_now) {
   if (compiled_now != nullptr) *compiled_now = false;
-  const std::optional<sass::FfmaPassMode> ffma_pass = ffma_pass_for(spec);
-  const std::string map_key = spec.function + "|" + (ffma_pass ? sass::to_string(*ffma_pass) : "plain");
+  const bool steady_pass = steady_pass_for(spec);
+  const std::string map_key = spec.header + "|" + spec.function + "|" + (steady_pass ? "steady" : "plain") + "|" +
+                              (spec.own_headers != nullptr ? spec.own_headers->hash : std::string());
   std::shared_ptr<std::mutex> builder;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -186,13 +155,13 @@ std::shared_ptr<const KernelBinary> Runtime::binary(const KernelSpec& spec, bool
       return it->second;
     }
   }
-  const std::string key = cache_key(spec, ffma_pass);
+  const std::string key = cache_key(spec, steady_pass);
   auto result = std::make_shared<KernelBinary>();
   bool built = false;
   std::string payload = disk_cache_->get_or_build(
       key,
       [&] {
-        *result = build(spec, key, ffma_pass);
+        *result = build(spec, key, steady_pass);
         return serialize(*result);
       },
       &built);
@@ -268,50 +237,6 @@ const DeviceInfo& Runtime::device_info(int ordinal) {
   check_cu(cu.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
   info.name = name;
   return devices_.emplace(ordinal, info).first->second;
-}
-
-int Runtime::num_sms(int ordinal) {
-  const int device_sms = device_info(ordinal).num_sms;
-  int requested = num_sms_override_.load();
-  if (requested <= 0) requested = options_.num_sms;
-  return requested > 0 && requested < device_sms ? requested : device_sms;
-}
-
-CUdeviceptr Runtime::error_flags(int ordinal) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = error_flags_.find(ordinal); it != error_flags_.end()) return it->second;
-  const DriverApi& cu = driver();
-  CUdeviceptr ptr = 0;
-  check_cu(cu.cuMemAlloc(&ptr, device::kErrorBufferWords * sizeof(uint32_t)), "cuMemAlloc(error flags)");
-  check_cu(cu.cuMemsetD32(ptr, 0, device::kErrorBufferWords), "cuMemsetD32(error flags)");
-  error_flags_[ordinal] = ptr;
-  return ptr;
-}
-
-bool Runtime::tail_workspace(int ordinal, CUstream stream, CUdeviceptr* partials, CUdeviceptr* counters) {
-  const int sms = device_info(ordinal).num_sms;
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto key = std::make_pair(ordinal, stream);
-  if (auto it = tail_workspaces_.find(key); it != tail_workspaces_.end()) {
-    *partials = it->second.partials;
-    *counters = it->second.counters;
-    return true;
-  }
-  const DriverApi& cu = driver();
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (cu.cuStreamIsCapturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
-    return false;
-  TailWorkspace w;
-  if (cu.cuMemAlloc(&w.partials, size_t(device::kTailSlotsPerSm) * size_t(sms) * device::kTailSlotFloats * sizeof(float)) != CUDA_SUCCESS)
-    return false;
-  // Zeroed on the stream itself, so the first kernel that reads the counters runs after.
-  if (cu.cuMemAlloc(&w.counters, size_t(sms) * sizeof(uint32_t)) != CUDA_SUCCESS ||
-      cu.cuMemsetD32Async(w.counters, 0, size_t(sms), stream) != CUDA_SUCCESS)
-    return false;  // (what was allocated stays: rare, and freeing could race another thread's launch)
-  tail_workspaces_[key] = w;
-  *partials = w.partials;
-  *counters = w.counters;
-  return true;
 }
 
 JitStats Runtime::stats() const {

@@ -16,6 +16,7 @@
 #include "heuristics/heuristics.hpp"
 #include "jit/driver.hpp"
 #include "jit/runtime.hpp"
+#include "test_headers.hpp"
 #include "reference/reference.hpp"
 #include "gpu/gpu_test.hpp"
 #include "lib/device_buffer.hpp"
@@ -91,8 +92,8 @@ TEST_F(Gpu, JitKernelWithClusterAndLargeSharedMemory) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   fg::jit::Options options;
   options.cache_dir = dir;
-  fg::jit::KernelSpec spec{"finegemm/device/kernels/jit_smoke.cuh", "finegemm::device::jit_smoke_kernel<16384u>",
-                           "(float*, const float*)", false};
+  fg::jit::KernelSpec spec{"finegemm/tests/jit_smoke.cuh", "finegemm::test::jit_smoke_kernel<16384u>",
+                           "(float*, const float*)", false, &fg::test::test_headers()};
   auto t0 = std::chrono::steady_clock::now();
   fg::jit::Runtime cold(options);
   auto binary = cold.binary(spec);
@@ -348,60 +349,6 @@ TEST_F(Gpu, ContiguousGraphReplayWithNewIndices) {
   cudaGraphExecDestroy(exec);
 }
 
-// Tiles whose BLOCK_N is an odd multiple of 8 (24, 40, 56, 72, 136): an unswizzled epilogue tile, a last stmatrix of
-// 8 columns, scale granules of 8 columns. The heuristic picks them only with FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1 (set
-// here); each case is then one it gives such a tile on 132 SMs (checked below), with partial last N tiles, straddled
-// SB blocks, a partial last K block, a moved-up last row block, and both grouped layouts.
-TEST_F(Gpu, OddEighthBlockNs) {
-  setenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N", "1", 1);
-  struct Off {
-    ~Off() { unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N"); }
-  } off;
-  struct Case {
-    ft::ProblemShape shape;
-    std::vector<int> masked_m, expert_rows;
-  };
-  const Case cases[] = {
-      {shape(GemmKind::kNormal, 1, 100, 7232, 2048), {}, {}},   // BM=128 BN=56, partial last N tile
-      {shape(GemmKind::kNormal, 1, 33, 7168, 592), {}, {}},     // BN=56, partial last K block
-      {shape(GemmKind::kNormal, 1, 120, 1544, 7168), {}, {}},   // BN=24, partial last N tile
-      {shape(GemmKind::kNormal, 1, 120, 1536, 7168), {}, {}},   // BN=24
-      {shape(GemmKind::kNormal, 1, 150, 3072, 1536), {}, {}},   // BN=72, last row block moved up
-      {shape(GemmKind::kNormal, 1, 1000, 2112, 7168), {}, {}},  // BM=128 BN=136
-      {shape(GemmKind::kNormal, 1, 500, 576, 7168), {}, {}},    // BN=40
-      {shape(GemmKind::kGroupedMasked, 1, 64, 7168, 2048), {61}, {}},
-      {shape(GemmKind::kGroupedMasked, 1, 128, 3072, 7168), {64}, {}},
-      {shape(GemmKind::kGroupedContiguous, 1, 100, 7168, 2048), {}, {100}},
-      {shape(GemmKind::kGroupedContiguous, 1, 128, 3072, 7168), {}, {117}},
-  };
-  std::vector<ft::ProblemShape> shapes;
-  for (const auto& c : cases) shapes.push_back(c.shape);
-  precompile(shapes);
-  const int num_sms = fg::get_num_sms();
-  int i = 0, odd = 0;
-  for (const auto& c : cases)
-    for (bool k_major : {false, true}) {
-      ft::ProblemOptions opt;
-      opt.seed = uint64_t(2100 + i++);
-      opt.masked_m = c.masked_m;
-      opt.expert_rows = c.expert_rows;
-      ft::GemmProblem p(c.shape, opt);
-      fg::Problem problem = ft::problem_of(c.shape, k_major);
-      if (c.shape.kind == GemmKind::kGroupedMasked) problem.m = *std::max_element(c.masked_m.begin(), c.masked_m.end());
-      if (c.shape.kind == GemmKind::kGroupedContiguous) problem.m = p.rows();
-      const std::string config = fg::describe_config(problem, num_sms);
-      const int block_n = std::atoi(config.c_str() + config.find("BN=") + 3);
-      if (block_n % 16 == 8) ++odd;
-      if (num_sms == 132) EXPECT_EQ(block_n % 16, 8) << c.shape.describe() << ": the pick changed: " << config;
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[odd-eighth] %-36s SA %-8s %-44s %s\n", c.shape.describe().c_str(), k_major ? "K-major" : "MN-major",
-                  config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
-      EXPECT_TRUE(v.ok) << c.shape.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n"
-                        << v.summary;
-    }
-  std::printf("[odd-eighth] %d of %d cases ran a BLOCK_N that is an odd multiple of 8\n", odd, i);
-}
-
 TEST_F(Gpu, DeterministicAcrossRuns) {
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 4096, 7168, 2048), shape(GemmKind::kNormal, 1, 64, 2112, 7168),
                                      shape(GemmKind::kGroupedContiguous, 4, 1000, 4096, 2048),
@@ -415,90 +362,6 @@ TEST_F(Gpu, DeterministicAcrossRuns) {
     FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const std::vector<uint16_t> first = p.download_output();
     ASSERT_EQ(first_differing_run(p, first, 10), 0) << s.describe() << " differs on that run";
-  }
-}
-
-TEST_F(Gpu, TailSplitTilesAreCorrectDeterministicAndGraphSafe) {
-  // Shapes whose last, partial wave of tiles the heuristic cuts along K (KernelConfig::tail_pieces), with the
-  // experimental tail split turned on for this test's plans.
-  setenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT", "1", 1);
-  struct Off {
-    ~Off() { unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT"); }
-  } off;
-  const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 4096, 2112, 7168),   // 88 tiles x 3 pieces
-                                     shape(GemmKind::kNormal, 1, 4000, 2112, 7168),   // the last row block moved up
-                                     shape(GemmKind::kNormal, 1, 4096, 24576, 1536),  // 4 tiles x 4 pieces
-                                     shape(GemmKind::kNormal, 1, 2048, 7168, 7168),   // 256-row tiles, 52 x 2
-                                     shape(GemmKind::kNormal, 1, 1536, 7168, 2048)};  // 256-row tiles, 72 x 3
-  precompile(std::vector<ft::ProblemShape>(std::begin(shapes), std::end(shapes)));
-  int seed = 900;
-  for (const auto& s : shapes) {
-    const auto config = fg::heuristics::select_config(ft::problem_of(s, false), fg::get_num_sms());
-    if (fg::get_num_sms() == 132) EXPECT_GT(config.tail_pieces, 1) << s.describe() << ": " << config.describe();
-    ft::ProblemOptions opt;
-    opt.seed = uint64_t(seed++);
-    ft::GemmProblem p(s, opt);
-    const ft::Verdict v = run_and_check(p, false);
-    std::printf("[tail] %-36s %s | %s\n", s.describe().c_str(), config.describe().c_str(), v.summary.c_str());
-    EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
-    const std::vector<uint16_t> first = p.download_output();
-    ASSERT_EQ(first_differing_run(p, first, 4), 0) << s.describe() << " differs on that run";
-  }
-
-  // Two streams at once, each with its own workspace.
-  {
-    cudaStream_t other;
-    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-    ft::ProblemOptions oa, ob;
-    oa.seed = 950;
-    ob.seed = 951;
-    ft::GemmProblem a(shapes[0], oa), b(shapes[3], ob);
-    for (int round = 0; round < 3; ++round) {
-      a.poison_output(stream_);
-      b.poison_output(other);
-      a.run(false, stream_);
-      b.run(false, other);
-      a.run(false, stream_);
-      b.run(false, other);
-      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      FG_CUDA_CHECK(cudaStreamSynchronize(other));
-      const ft::Verdict va = ft::check_output(a, ft::gpu_reference(a), a.download_output());
-      const ft::Verdict vb = ft::check_output(b, ft::gpu_reference(b), b.download_output());
-      EXPECT_TRUE(va.ok) << "stream 1, round " << round << ": " << va.summary;
-      EXPECT_TRUE(vb.ok) << "stream 2, round " << round << ": " << vb.summary;
-    }
-    FG_CUDA_CHECK(cudaStreamDestroy(other));
-  }
-
-  // CUDA graphs: a stream's first cut-tile call made during capture runs uncut (no workspace can be allocated then);
-  // a capture after an eager call replays with the cuts. Both replay correctly, again and again.
-  ft::ProblemOptions opt;
-  opt.seed = 960;
-  ft::GemmProblem p(shapes[0], opt);
-  for (const bool eager_first : {false, true}) {
-    cudaStream_t s;
-    FG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    p.run(false, stream_);  // the plan (and kernel) outside any capture, on another stream
-    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (eager_first) {
-      p.run(false, s);
-      FG_CUDA_CHECK(cudaStreamSynchronize(s));
-    }
-    const cudaGraphExec_t exec = capture(s, [&] { p.run(false, s); });
-    std::vector<uint16_t> first;
-    for (int replay = 0; replay < 3; ++replay) {
-      p.poison_output(s);
-      FG_CUDA_CHECK(cudaGraphLaunch(exec, s));
-      FG_CUDA_CHECK(cudaStreamSynchronize(s));
-      const std::vector<uint16_t> out = p.download_output();
-      const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), out);
-      EXPECT_TRUE(v.ok) << (eager_first ? "eager call first" : "captured first") << ", replay " << replay << ": "
-                        << v.summary;
-      if (replay == 0) first = out;
-      EXPECT_TRUE(out == first) << "replay " << replay << " differs";
-    }
-    cudaGraphExecDestroy(exec);
-    FG_CUDA_CHECK(cudaStreamDestroy(s));
   }
 }
 
@@ -604,7 +467,7 @@ TEST_F(Gpu, HostOverheadOfAWarmCall) {
   FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
   // Three measurements of 10,000 calls each, bounded by their median: on the lent hosts, other tenants now and then
   // slow one whole measurement down (five repeats of one test binary on one host gave 4.27, 4.41, 6.90, 4.61 and
-  // 4.57 us; docs/performance-log.md, session 26). Every run is printed.
+  // 4.57 us). Every run is printed.
   std::vector<double> runs(3);
   for (double& us : runs) us = ft::host_overhead_us([&](cudaStream_t st) { p.run(false, st); }, stream_, 10000);
   const double median = ft::summarize_samples(runs).median;
@@ -807,7 +670,7 @@ TEST_F(Gpu, SanitizerWideTail) {
 }
 
 TEST_F(Gpu, ColdCompileAndWarmLoadOfADenseKernel) {
-  // Issue 5's figures: cold NVRTC compile of one real GEMM kernel, then a fresh runtime finding it on disk.
+  // Cold NVRTC compile of one real GEMM kernel, then a fresh runtime finding it on disk.
   char dir[] = "/tmp/finegemm-cold-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   fg::jit::Options options;
@@ -816,9 +679,10 @@ TEST_F(Gpu, ColdCompileAndWarmLoadOfADenseKernel) {
   p.m = 4096;
   p.n = 7168;
   p.k = 7168;
-  const std::string function = fg::heuristics::select_config(p, fg::get_num_sms()).kernel_function();
-  const fg::jit::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", function,
-                                 "(const __grid_constant__ finegemm::device::GemmArgs)", true};
+  const fg::heuristics::KernelConfig config = fg::heuristics::select_config(p, fg::get_num_sms());
+  const fg::jit::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", config.kernel_function(),
+                                 "(const __grid_constant__ finegemm::device::GemmArgs)",
+                                 fg::heuristics::takes_steady_ffma_pass(config)};
   auto t0 = std::chrono::steady_clock::now();
   {
     fg::jit::Runtime cold(options);
@@ -835,7 +699,7 @@ TEST_F(Gpu, ColdCompileAndWarmLoadOfADenseKernel) {
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(binary->compiled);
   std::printf("[cold-start] %s: cold NVRTC compile %.3f s; warm lookup from disk %.3f ms; module load %.3f ms\n",
-              function.c_str(), cold_s, lookup_ms, load_ms);
+              spec.function.c_str(), cold_s, lookup_ms, load_ms);
   EXPECT_LE(cold_s, 1.5);
   EXPECT_LE(lookup_ms, 5.0);
   std::filesystem::remove_all(dir);

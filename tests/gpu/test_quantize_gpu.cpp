@@ -84,7 +84,8 @@ class QuantizeGpu : public ft::GpuTest {
     fj::Options options;
     options.cache_dir = "";
     fj::Runtime runtime(options);
-    const fj::CompileResult compiled = runtime.compiler().compile(kArithmeticCheckSource, name_expression);
+    const fj::CompileResult compiled =
+        runtime.compiler().compile(kArithmeticCheckSource, name_expression, {&fj::library_headers()});
     runtime.current_device();
     const CUfunction fn = runtime.function({"quantize-check " + name_expression, compiled.symbol, compiled.cubin});
     const std::vector<unsigned long long> init = {0ull, ~0ull};

@@ -25,6 +25,7 @@
 #include "common/hash.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/runtime.hpp"
+#include "test_headers.hpp"
 
 namespace {
 
@@ -141,8 +142,8 @@ int runtime_compile(int argc, char** argv) {
   finegemm::jit::Options options;
   options.cache_dir = argv[2];
   finegemm::jit::Runtime runtime(options);
-  const finegemm::jit::KernelSpec spec{"finegemm/device/kernels/jit_smoke.cuh",
-                                       "finegemm::device::jit_smoke_kernel<1024u>", "(float*, const float*)", false};
+  const finegemm::jit::KernelSpec spec{"finegemm/tests/jit_smoke.cuh", "finegemm::test::jit_smoke_kernel<1024u>",
+                                       "(float*, const float*)", false, &finegemm::test::test_headers()};
   const auto binary = runtime.binary(spec);
   const auto stats = runtime.stats();
   std::printf("compiled=%d disk_hits=%llu symbol=%s\n", binary->compiled ? 1 : 0,

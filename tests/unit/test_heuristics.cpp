@@ -1,7 +1,7 @@
-// The heuristic: deterministic, every filter enforced, stages fit in shared memory, sensible picks.
+// The heuristic: deterministic, every filter enforced, stages fit in shared memory, sensible picks; the constraints of
+// FINEGEMM_FORCE_CONFIG parsed strictly and applied as given.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <tuple>
 
 #include "finegemm/device/common/gemm_layout.cuh"
@@ -41,14 +41,12 @@ TEST(Heuristics, DeterministicAndWithinLimits) {
         EXPECT_EQ(uint32_t(a.smem_bytes), finegemm::device::gemm_smem_launch_bytes(a.block_m, a.block_n, a.num_stages, uint32_t(k),
                                                                                uint32_t(a.split_k), a.sa_mode));
         EXPECT_GE(a.num_stages, 3);
-        EXPECT_EQ(a.block_n % 8, 0);
+        EXPECT_EQ(a.block_n % 16, 0);
         EXPECT_GE(a.block_n, 16);
         EXPECT_LE(a.block_n, a.block_m == 64 ? 176 : a.block_m == 128 ? 192 : 128);
         EXPECT_LE(a.grid, 132);
-        if (a.cluster_size == 2) {
-          EXPECT_EQ(a.grid % 2, 0);
-          if (a.multicast_on_a) EXPECT_EQ(((n + a.block_n - 1) / a.block_n) % 2, 0);
-        }
+        EXPECT_EQ(a.cluster_size(), a.split_k);
+        if (a.split_k == 2) EXPECT_EQ(a.grid % 2, 0);
       }
 }
 
@@ -60,26 +58,26 @@ TEST(Heuristics, EveryRejectionHasAReason) {
 
 TEST(Heuristics, SmallMUsesOneWarpgroupAndFillsTheMachine) {
   // 64x1536x7168: 48 tiles of 64x32, each split over K between the two CTAs of a cluster: 96 CTAs streaming B (on an
-  // H100, session 11: 9.4 us against 10.4 for 96 unsplit 64x16 tiles; docs/performance-log.md).
+  // H100: 9.4 us against 10.4 for 96 unsplit 64x16 tiles).
   const auto c = fh::select_config(dense(64, 1536, 7168), 132);
   EXPECT_EQ(c.block_m, 64);
   EXPECT_EQ(c.split_k, 2);
-  EXPECT_EQ(c.cluster_size, 2);
+  EXPECT_EQ(c.cluster_size(), 2);
   EXPECT_GE(c.num_tiles * c.split_k, 96);  // enough CTAs to keep most SMs streaming B
   EXPECT_NE(c.describe().find("split-K"), std::string::npos) << c.describe();
-  EXPECT_NE(c.kernel_function().find(", 2u>"), std::string::npos) << c.kernel_function();
+  EXPECT_NE(c.kernel_function().find(", 2u, false>"), std::string::npos) << c.kernel_function();
   EXPECT_EQ(fh::select_config(dense(128, 576, 7168), 132).split_k, 2);
-  // 64x2112x7168: 132 unsplit 64x16 tiles fill the SMs in one wave (10.4-10.5 us against 10.9 split, session 11).
+  // 64x2112x7168: 132 unsplit 64x16 tiles fill the SMs in one wave (10.4-10.5 us against 10.9 split, H100).
   const auto e = fh::select_config(dense(64, 2112, 7168), 132);
   EXPECT_EQ(e.block_m, 64);
   EXPECT_EQ(e.block_n, 16);
   EXPECT_EQ(e.split_k, 1);
-  EXPECT_EQ(e.cluster_size, 1);
+  EXPECT_EQ(e.cluster_size(), 1);
   EXPECT_EQ(e.num_tiles, 132);
   // With 64-column tiles split-K lost: 64x4096x7168 stays unsplit, one tile per SM.
   const auto d = fh::select_config(dense(64, 4096, 7168), 132);
   EXPECT_EQ(d.split_k, 1);
-  EXPECT_EQ(d.cluster_size, 1);
+  EXPECT_EQ(d.cluster_size(), 1);
   EXPECT_GE(d.num_tiles, 100);
   // Nor below the K it was measured at, nor with enough tiles to fill the machine.
   EXPECT_EQ(fh::select_config(dense(64, 2112, 2048), 132).split_k, 1);
@@ -121,18 +119,16 @@ TEST(Heuristics, KernelFunctionNamesTheConfig) {
 TEST(Heuristics, MaskedAndContiguousPickLegalConfigs) {
   Problem p = masked(4, 256, 7168, 2048);
   const auto masked = fh::select_config(p, 132);
-  EXPECT_TRUE(masked.cluster_size == 1 || masked.multicast_on_a);
   p.kind = GemmKind::kGroupedContiguous;
   p.m = 8192 * 4;
   const auto contiguous = fh::select_config(p, 132);
-  EXPECT_TRUE(contiguous.cluster_size == 1 || contiguous.multicast_on_a);
   EXPECT_EQ(masked.split_k, 1);
   EXPECT_EQ(contiguous.split_k, 1);
 }
 
 TEST(Heuristics, NarrowStoreSlabsCostMoreWhereTheOutputDominates) {
   // 512x32768x512 writes twice B's bytes: BLOCK_N=144 (32-byte store rows) measured 27.5 us against 23.3 for 128 on
-  // an H100 (session 33), so 144's fewer waves no longer win it.
+  // an H100, so 144's fewer waves no longer win it.
   const auto wide_d = fh::select_config(dense(512, 32768, 512), 132);
   EXPECT_EQ(wide_d.block_n, 128) << wide_d.describe();
   // Where B's bytes dominate, BLOCK_N=112 keeps its extra tiles (192x7168x2048: 10.8 us against 11.5 with 128).
@@ -145,7 +141,7 @@ TEST(Heuristics, NarrowStoreSlabsCostMoreWhereTheOutputDominates) {
 }
 
 TEST(Heuristics, Block256AtShortKOnlyWhenOneBlockHoldsEveryRow) {
-  // K = 512 with all rows in one 256-row block: BLOCK_M=256 measured 8-10% faster on an H100 (session 33).
+  // K = 512 with all rows in one 256-row block: BLOCK_M=256 measured 8-10% faster on an H100.
   for (int64_t m : {192, 256}) {
     const auto c = fh::select_config(dense(m, 32768, 512), 132);
     EXPECT_EQ(c.block_m, 256) << c.describe();
@@ -161,7 +157,7 @@ TEST(Heuristics, Block256AtShortKOnlyWhenOneBlockHoldsEveryRow) {
 }
 
 TEST(Heuristics, Block256WeighsLessWhereItsTilesRunInFewWaves) {
-  // Session 34 (H100): where 256x128 tiles run in at most 4 waves, or K <= 2048, 128-row tiles measured faster:
+  // H100: where 256x128 tiles run in at most 4 waves, or K <= 2048, 128-row tiles measured faster:
   // 1024x7168x2048 26.6 us with 128x160 against 29.0; 2048x7168x16384 359.5 with 128x192 against 373.7.
   const auto short_k = fh::select_config(dense(1024, 7168, 2048), 132);
   EXPECT_EQ(short_k.block_m, 128) << short_k.describe();
@@ -210,7 +206,7 @@ TEST(Heuristics, BReadByFewTilesGetsTheEvictFirstHint) {
   const auto one_row_block = fh::select_config(dense(32, 65536, 2048), 132);
   EXPECT_GT(one_row_block.num_waves, 2) << one_row_block.describe();
   EXPECT_TRUE(one_row_block.b_evict_first) << one_row_block.describe();
-  // One row block and more than 36 GFLOP: no hint, however few the waves (session 36: 128x129280x7168 346.3 us with
+  // One row block and more than 36 GFLOP: no hint, however few the waves (H100: 128x129280x7168 346.3 us with
   // it, 335.0 without; masked 8x256x4096x7168, two waves, 116.3 against 110.7). Up to 30 GFLOP it stays
   // (128x7168x16384: 50.0 against 55.1; masked 4x128x4096x7168, 52.6 against 53.7).
   EXPECT_FALSE(fh::select_config(dense(128, 129280, 7168), 132).b_evict_first);
@@ -270,7 +266,7 @@ TEST(Heuristics, OutputMuchLargerThanOperandsAndL2GetsTheEvictFirstHint) {
     EXPECT_FALSE(c.d_evict_first) << q.m << "x" << q.n << "x" << q.k << ": " << c.describe();
   }
   // An output that fits the L2 would be written back during the call instead of after it (64x7168x2048: 9.1 -> 9.9
-  // us with the hint, session 18), however small the operands' share.
+  // us with the hint on an H100), however small the operands' share.
   EXPECT_FALSE(fh::select_config(dense(64, 7168, 2048), 132).d_evict_first);
   EXPECT_FALSE(fh::select_config(dense(512, 32768, 64), 132).d_evict_first);  // D 33.6 MB, 16x A and B
   EXPECT_TRUE(fh::select_config(dense(2048, 24576, 64), 132).d_evict_first);  // D 101 MB, 59x
@@ -284,7 +280,7 @@ TEST(Heuristics, OutputMuchLargerThanOperandsAndL2GetsTheEvictFirstHint) {
 
 TEST(Heuristics, BPairsWhereTheCallStreamsB) {
   // Few row blocks and few FLOPs per byte: B's issuer fills two stages per wait, one tile per CTA or several.
-  // (256x32768x512, which paired here until session 33, now runs one 256-row block per tile: faster, and no pairs.)
+  // (256x32768x512 runs one 256-row block per tile: faster than 128-row tiles with pairs.)
   for (const auto& shape : {dense(128, 24576, 1536), dense(64, 7168, 16384), dense(384, 32768, 512),
                             dense(256, 24576, 1536), dense(128, 24576, 1408), dense(64, 7168, 2048)}) {
     const auto c = fh::select_config(shape, 132);
@@ -301,7 +297,7 @@ TEST(Heuristics, BPairsWhereTheCallStreamsB) {
   }
   const Problem p = masked(1, 256, 7168, 2048);
   EXPECT_FALSE(fh::select_config(p, 132).b_pairs);
-  // Every pick with pairs is one the kernel allows (its kBPairs: unclustered, BLOCK_M <= 128, BLOCK_N >= 64).
+  // Every pick with pairs is one the kernel allows (its kBPairs: no split-K, BLOCK_M <= 128, BLOCK_N >= 64).
   for (int64_t m : {1, 64, 65, 128, 256, 384, 1000}) {
     for (int64_t n : {576, 2112, 4096, 7168, 24576, 32768}) {
       for (int64_t k : {512, 1408, 1536, 2048, 7168}) {
@@ -309,75 +305,10 @@ TEST(Heuristics, BPairsWhereTheCallStreamsB) {
         if (!c.b_pairs) continue;
         EXPECT_GE(c.block_n, 64) << c.describe();
         EXPECT_LE(c.block_m, 128) << c.describe();
-        EXPECT_EQ(c.cluster_size, 1) << c.describe();
-        EXPECT_EQ(c.tail_pieces, 1) << c.describe();
+        EXPECT_EQ(c.split_k, 1) << c.describe();
       }
     }
   }
-}
-
-TEST(Heuristics, TailSplitCutsOnlyAPartialLastWave) {
-  // Experimental: off unless asked for.
-  unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
-  EXPECT_EQ(fh::select_config(dense(4096, 2112, 7168), 132).tail_pieces, 1);
-  setenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT", "1", 1);
-  // 4096x2112x7168: 352 tiles of 128x192 are 2.67 waves on 132 SMs; the last 88 are cut into 3 K ranges (264 pieces,
-  // two per CTA): modeled 2 + 2/3 tile times instead of 3.
-  const auto c = fh::select_config(dense(4096, 2112, 7168), 132);
-  EXPECT_EQ(c.block_m, 128);
-  EXPECT_EQ(c.block_n, 192);
-  EXPECT_EQ(c.tail_pieces, 3);
-  EXPECT_EQ(c.tail_first_tile, 264);
-  EXPECT_NE(c.describe().find("tail=88x3"), std::string::npos) << c.describe();
-  EXPECT_NE(c.kernel_function().find(", 1u, true>"), std::string::npos) << c.kernel_function();
-  // Not cut: K-major SA, grouped kinds, full last waves, tiles whose warpgroups keep several K blocks in flight,
-  // fewer than 8 K blocks.
-  Problem km = dense(4096, 2112, 7168);
-  km.sa_k_major = true;
-  EXPECT_EQ(fh::select_config(km, 132).tail_pieces, 1);
-  Problem contiguous = dense(4096, 2112, 7168);
-  contiguous.kind = GemmKind::kGroupedContiguous;
-  contiguous.num_groups = 4;
-  EXPECT_EQ(fh::select_config(contiguous, 132).tail_pieces, 1);
-  EXPECT_EQ(fh::select_config(dense(4096, 32768, 512), 132).tail_pieces, 1);
-  EXPECT_EQ(fh::select_config(dense(64, 7168, 2048), 132).tail_pieces, 1);
-  // Everywhere: the pieces fit the workspace (2 slots per CTA) and are at least 2 K blocks long.
-  for (int64_t m : {128, 256, 512, 1000, 2048, 3000, 4096, 6000})
-    for (int64_t n : {576, 2112, 4096, 7168, 24576})
-      for (int64_t k : {1024, 2048, 7168, 16384}) {
-        const auto x = fh::select_config(dense(m, n, k), 132);
-        if (x.tail_pieces == 1) {
-          EXPECT_EQ(x.tail_first_tile, x.num_tiles);
-          continue;
-        }
-        EXPECT_EQ(x.tail_first_tile, x.num_tiles - x.num_tiles % x.grid);
-        EXPECT_LE((x.num_tiles - x.tail_first_tile) * x.tail_pieces, 2 * x.grid) << x.describe();
-        EXPECT_GE((k / 128) / x.tail_pieces, 2) << x.describe();
-        EXPECT_EQ(x.cluster_size, 1);
-      }
-  unsetenv("FINEGEMM_EXPERIMENTAL_TAIL_SPLIT");
-}
-
-// BLOCK_N an odd multiple of 8 measured slower (docs/performance-log.md, session 12): left out unless
-// FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1, which then fills more SMs (64x7168: 128 tiles of 56 columns, not 112 of 64).
-TEST(Heuristics, OddEighthBlockNsOnlyWhenAskedFor) {
-  unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
-  for (int64_t m : {1, 64, 128, 1024, 4096})
-    for (int64_t n : {576, 1536, 2112, 3072, 7168, 24576})
-      for (int64_t k : {512, 2048, 7168}) {
-        const auto c = fh::select_config(dense(m, n, k), 132);
-        EXPECT_EQ(c.block_n % 16, 0) << m << "x" << n << "x" << k << ": " << c.describe();
-      }
-  setenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N", "1", 1);
-  const auto c = fh::select_config(dense(64, 7168, 2048), 132);
-  EXPECT_EQ(c.block_n, 56) << c.describe();
-  EXPECT_EQ(c.num_tiles, 128);
-  // Split-K stays at the widths it was measured with (16 or 32 columns).
-  for (int64_t n : {576, 1536, 1544}) {
-    const auto s = fh::select_config(dense(64, n, 7168), 132);
-    if (s.split_k > 1) EXPECT_TRUE(s.block_n == 16 || s.block_n == 32) << s.describe();
-  }
-  unsetenv("FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N");
 }
 
 // K-major SA by TMA boxes only where it measured faster (many rows, KB >= 32 and a multiple of 4); MN-major SA is
@@ -403,13 +334,13 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
   EXPECT_EQ(c.sa_mode, dev::kSaKMajorTma);
   EXPECT_EQ(uint32_t(c.smem_bytes), dev::gemm_smem_launch_bytes(uint32_t(c.block_m), uint32_t(c.block_n),
                                                                 uint32_t(c.num_stages), 7168, 1, dev::kSaKMajorTma));
-  EXPECT_NE(c.kernel_function().find(", 2u, 1u>"), std::string::npos) << c.kernel_function();
+  EXPECT_NE(c.kernel_function().find(", 2u, 1u, false>"), std::string::npos) << c.kernel_function();
   EXPECT_NE(c.describe().find("sa=k "), std::string::npos) << c.describe();
 }
 
 TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
   // 4096x4096x7168: 512 tiles of 256x128 run in 4 waves on 132 SMs; 128 CTAs run them in 4 as well (as DeepGEMM
-  // sizes its grid; docs/performance-log.md, session 23). Grouped layouts keep every SM.
+  // sizes its grid). Grouped layouts keep every SM.
   const auto c = fh::select_config(dense(4096, 4096, 7168), 132);
   EXPECT_EQ(c.num_tiles, 512);
   EXPECT_EQ(c.num_waves, 4);
@@ -420,9 +351,9 @@ TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
         const auto x = fh::select_config(dense(m, n, k), 132);
         const int64_t per_round = x.grid / x.split_k;
         EXPECT_EQ((x.num_tiles + per_round - 1) / per_round, x.num_waves) << x.describe();  // no wave added
-        const int64_t fewer = (x.grid - x.cluster_size) / x.split_k;  // one cluster (or CTA) less
+        const int64_t fewer = (x.grid - x.cluster_size()) / x.split_k;  // one cluster (or CTA) less
         if (fewer > 0) EXPECT_GT((x.num_tiles + fewer - 1) / fewer, x.num_waves) << x.describe();  // the fewest
-        EXPECT_EQ(x.grid % x.cluster_size, 0) << x.describe();
+        EXPECT_EQ(x.grid % x.cluster_size(), 0) << x.describe();
       }
 }
 
@@ -435,7 +366,7 @@ TEST(Heuristics, DenseWideTailWhereItSavesARound) {
   EXPECT_TRUE(c.wide_tail);
   EXPECT_EQ(c.num_tiles, 16 * 56 + 28);
   EXPECT_EQ(c.num_waves, 7) << c.describe();
-  EXPECT_NE(c.kernel_function().find(", 1u, false, true>"), std::string::npos) << c.kernel_function();
+  EXPECT_NE(c.kernel_function().find(", 0u, 1u, true>"), std::string::npos) << c.kernel_function();
   EXPECT_NE(c.describe().find("wide-tail"), std::string::npos) << c.describe();
   // No round saved (8300x7168x2048: 14 rounds either way), K below 2048 (4160x24576x1536 keeps 128x192 tiles), M a
   // multiple of 256, or K-major SA gathered: the plain kernel.
@@ -461,4 +392,43 @@ TEST(Heuristics, DenseWideTailWhereItSavesARound) {
           EXPECT_LT(x.num_waves, (full + 131) / 132) << x.describe();
         }
       }
+}
+
+// FINEGEMM_FORCE_CONFIG: parsed once (by the library, at start), strictly, into constraints that the heuristic applies
+// as a plain argument; every pick obeys them, and a shape they rule out gets a message that names them.
+TEST(Heuristics, ConstraintsParseStrictlyAndRestrictThePick) {
+  const fh::ConfigConstraints none = fh::parse_constraints("");
+  EXPECT_TRUE(none.empty());
+  const fh::ConfigConstraints c = fh::parse_constraints("bm=128,bn=192,stages=4,l2b=first,l2d=normal,bpairs=0");
+  EXPECT_EQ(c.block_m, 128);
+  EXPECT_EQ(c.block_n, 192);
+  EXPECT_EQ(c.stages, 4);
+  EXPECT_EQ(c.b_evict_first, 1);
+  EXPECT_EQ(c.d_evict_first, 0);
+  EXPECT_EQ(c.b_pairs, 0);
+  const auto pick = fh::select_config(dense(4096, 7168, 7168), 132, c);
+  EXPECT_EQ(pick.block_m, 128);
+  EXPECT_EQ(pick.block_n, 192);
+  EXPECT_EQ(pick.num_stages, 4);
+  EXPECT_TRUE(pick.b_evict_first);
+  EXPECT_FALSE(pick.d_evict_first);
+  EXPECT_EQ(fh::select_config(dense(64, 1536, 7168), 132, fh::parse_constraints("split=1")).split_k, 1);
+  EXPECT_EQ(fh::select_config(dense(64, 2112, 7168), 132, fh::parse_constraints("split=2")).split_k, 2);
+  // The same problem without constraints is unaffected: the heuristic reads nothing but its arguments.
+  EXPECT_EQ(fh::select_config(dense(4096, 7168, 7168), 132).block_m, 256);
+  for (const char* bad : {"bm", "bm=", "bm=abc", "bm=-1", "bm=12x", "tile=3", "mc=a", "cluster=2", "l2b=last",
+                          "bpairs=2", "bn=128,,"}) {
+    try {
+      fh::parse_constraints(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const finegemm::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("FINEGEMM_FORCE_CONFIG"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    fh::select_config(dense(64, 2112, 7168), 132, fh::parse_constraints("bm=256,bn=96"));
+    ADD_FAILURE() << "no 256x96 kernel exists";
+  } catch (const finegemm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("with FINEGEMM_FORCE_CONFIG=bm=256,bn=96"), std::string::npos) << e.what();
+  }
 }

@@ -10,17 +10,25 @@
 #include <string>
 
 #include "jit/compiler.hpp"
+#include "jit/embedded_headers.hpp"
 #include "jit/runtime.hpp"
+#include "lib/jit_kernel.hpp"
 #include "nvdisasm.hpp"
 #include "sass/elf.hpp"
+#include "test_headers.hpp"
 
 namespace fs = std::filesystem;
 namespace fj = finegemm::jit;
 
 namespace {
 
-const fj::KernelSpec kSmoke{"finegemm/device/kernels/jit_smoke.cuh", "finegemm::device::jit_smoke_kernel<1024u>",
-                            "(float*, const float*)", false};
+const fj::KernelSpec kSmoke{"finegemm/tests/jit_smoke.cuh", "finegemm::test::jit_smoke_kernel<1024u>",
+                            "(float*, const float*)", false, &finegemm::test::test_headers()};
+
+/// A toolkit kernel (tools/device), compiled with the toolkit's headers.
+fj::KernelSpec tool_kernel(const std::string& header, const std::string& function, const std::string& parameters) {
+  return {header, function, parameters, false, &finegemm::tools::tool_headers()};
+}
 
 fs::path make_temp_dir() {
   char tmpl[] = "/tmp/finegemm-jit-XXXXXX";
@@ -57,8 +65,37 @@ TEST(Jit, NvrtcCompilesExactlyTheRequestedKernelForSm90a) {
   EXPECT_NE(binary->symbol.find("jit_smoke_kernel"), std::string::npos);
   EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;
   EXPECT_EQ(kSmoke.source(),
-            "#include \"finegemm/device/kernels/jit_smoke.cuh\"\ntemplate __global__ void "
-            "finegemm::device::jit_smoke_kernel<1024u>(float*, const float*);\n");
+            "#include \"finegemm/tests/jit_smoke.cuh\"\ntemplate __global__ void "
+            "finegemm::test::jit_smoke_kernel<1024u>(float*, const float*);\n");
+}
+
+// The library embeds (and hashes into every kernel's cache key) only its own device code: the CLI's and the tests'
+// kernels come in header sets of their own, which enter only their kernels' keys.
+TEST(Jit, LibraryEmbedsOnlyItsOwnDeviceCode) {
+  const fj::HeaderSet& library = fj::library_headers();
+  ASSERT_FALSE(library.headers.empty());
+  bool has_gemm = false;
+  for (const auto& h : library.headers) {
+    const std::string path = h.path;
+    EXPECT_EQ(path.rfind("finegemm/device/", 0), 0u) << path;
+    for (const char* tool : {"ceiling", "l2_flush", "reference_gemm", "jit_smoke"})
+      EXPECT_EQ(path.find(tool), std::string::npos) << path;
+    has_gemm = has_gemm || path == "finegemm/device/kernels/sm90_fp8_gemm.cuh";
+  }
+  EXPECT_TRUE(has_gemm);
+  for (const fj::HeaderSet* own : {&finegemm::tools::tool_headers(), &finegemm::test::test_headers()}) {
+    ASSERT_FALSE(own->headers.empty());
+    EXPECT_NE(own->hash, library.hash);
+    for (const auto& h : own->headers) EXPECT_EQ(std::string(h.path).rfind("finegemm/device/", 0), std::string::npos);
+  }
+  // The same kernel source with and without a program's own headers gets different keys; the library's own
+  // kernels' keys depend on nothing outside the library.
+  fj::Runtime runtime(options_with_cache(""));
+  fj::KernelSpec quantizer{"finegemm/device/kernels/quantize.cuh", "finegemm::device::per_token_cast_kernel<true>",
+                           "(const finegemm::device::QuantizeArgs)"};
+  const std::string plain_key = runtime.binary(quantizer)->key;
+  quantizer.own_headers = &finegemm::test::test_headers();
+  EXPECT_NE(runtime.binary(quantizer)->key, plain_key);
 }
 
 // The benchmark's read flush (tools/lib/timing.cpp): NVRTC builds its kernel for sm_90a without spills, and its SASS
@@ -66,9 +103,9 @@ TEST(Jit, NvrtcCompilesExactlyTheRequestedKernelForSm90a) {
 // descriptor, so no CREATEPOLICY instruction shows).
 TEST(Jit, ReadFlushKernelBuildsWithWideIndependentLoads) {
   fj::Runtime runtime(options_with_cache(""));
-  const auto binary = runtime.binary({"finegemm/device/kernels/l2_flush.cuh",
-                                      "finegemm::device::l2_read_flush_kernel<4u>",
-                                      "(const uint4*, uint64_t, uint32_t*)", false});
+  const auto binary = runtime.binary(tool_kernel("finegemm/tools/l2_flush.cuh",
+                                                 "finegemm::tools::l2_read_flush_kernel<4u>",
+                                                 "(const uint4*, uint64_t, uint32_t*)"));
   ASSERT_TRUE(binary->compiled);
   EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;
   const std::string nvdisasm = finegemm::test::find_nvdisasm();
@@ -79,15 +116,15 @@ TEST(Jit, ReadFlushKernelBuildsWithWideIndependentLoads) {
   EXPECT_GE(loads, 4u) << sass;
 }
 
-// The floor kernels of `finegemm bench --ceiling` (kernels/ceiling.cuh): NVRTC builds them for sm_90a without
+// The floor kernels of `finegemm bench --ceiling` (tools/device/ceiling.cuh): NVRTC builds them for sm_90a without
 // spills; the stream kernel moves 16-byte pieces, eight loads issued before their results are used; the tensor
 // kernel's loop is batches of four fp8 wgmmas of its N, one batch left in flight, and nothing from global memory.
 TEST(Jit, CeilingKernelsBuildAsTheirTimesAssume) {
   fj::Runtime runtime(options_with_cache(""));
   const std::string nvdisasm = finegemm::test::find_nvdisasm();
-  const auto stream = runtime.binary({"finegemm/device/kernels/ceiling.cuh",
-                                      "finegemm::device::stream_ceiling_kernel<8u>",
-                                      "(const uint4*, uint64_t, uint4*, uint64_t, uint32_t*)", false});
+  const auto stream = runtime.binary(tool_kernel("finegemm/tools/ceiling.cuh",
+                                                 "finegemm::tools::stream_ceiling_kernel<8u>",
+                                                 "(const uint4*, uint64_t, uint4*, uint64_t, uint32_t*)"));
   ASSERT_TRUE(stream->compiled);
   EXPECT_EQ(fj::spill_bytes_from_log(stream->log), 0) << stream->log;
   if (!nvdisasm.empty()) {
@@ -102,11 +139,10 @@ TEST(Jit, CeilingKernelsBuildAsTheirTimesAssume) {
     EXPECT_LT(sass.rfind(load), sass.find("0x96, !PT")) << sass;
   }
   for (const char* n : {"256", "128"}) {
-    const auto tensor = runtime.binary({"finegemm/device/kernels/ceiling.cuh",
-                                        std::string("finegemm::device::tensor_ceiling_kernel<") + n + "u>",
-                                        "(const uint8_t*, uint32_t, const uint8_t*, uint32_t, uint32_t, uint64_t, "
-                                        "uint32_t*)",
-                                        false});
+    const auto tensor = runtime.binary(tool_kernel("finegemm/tools/ceiling.cuh",
+                                                   std::string("finegemm::tools::tensor_ceiling_kernel<") + n + "u>",
+                                                   "(const uint8_t*, uint32_t, const uint8_t*, uint32_t, uint32_t, "
+                                                   "uint64_t, uint32_t*)"));
     ASSERT_TRUE(tensor->compiled) << n;
     EXPECT_EQ(fj::spill_bytes_from_log(tensor->log), 0) << tensor->log;
     // A wait after every wgmma (ptxas C75xx "serialized") would time the wgmmas' latency, not their throughput.
@@ -126,6 +162,18 @@ TEST(Jit, CeilingKernelsBuildAsTheirTimesAssume) {
     EXPECT_LT(sass.rfind("LDG"), sass.find(wgmma)) << sass;
   }
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
+}
+
+// The GPU reference GEMM of the checks (tools/lib/gemm_problem.cpp) builds from the toolkit's headers for sm_90a.
+TEST(Jit, ReferenceGemmKernelBuilds) {
+  fj::Runtime runtime(options_with_cache(""));
+  const auto binary = runtime.binary(tool_kernel("finegemm/tools/reference_gemm.cuh",
+                                                 "finegemm::tools::reference_gemm_kernel<64u>",
+                                                 "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, "
+                                                 "double*, double*, int32_t, int32_t, int32_t)"));
+  ASSERT_TRUE(binary->compiled);
+  EXPECT_NE(binary->symbol.find("reference_gemm_kernel"), std::string::npos);
+  EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;
 }
 
 TEST(Jit, MissCompilesHitLoadsCorruptRebuilds) {

@@ -19,7 +19,7 @@
 #include "heuristics/heuristics.hpp"
 #include "jit/compiler.hpp"
 #include "jit/runtime.hpp"
-#include "sass/ffma_interleave.hpp"
+#include "sass/ffma_pass.hpp"
 #include "unit/nvdisasm.hpp"
 
 namespace fj = finegemm::jit;
@@ -103,8 +103,6 @@ std::string kernel_with_sa_mode(GemmKind kind, int block_m, int block_n, int64_t
   c.block_m = block_m;
   c.block_n = block_n;
   c.num_stages = stages;
-  c.cluster_size = 1;
-  c.multicast_on_a = true;
   c.sa_mode = sa_mode;
   return c.kernel_function();
 }
@@ -182,7 +180,7 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     EXPECT_NE(sass.find("STSM"), std::string::npos) << names[i];
     // Split-K kernels send the second CTA's partial sums with st.async, whose bytes complete on the first CTA's
     // mbarrier (no per-thread fence or remote arrive).
-    if (names[i].size() > 5 && names[i].compare(names[i].size() - 5, 5, ", 2u>") == 0) {
+    if (names[i].find(", 2u, false>") != std::string::npos) {
       EXPECT_NE(sass.find("STAS.128"), std::string::npos) << names[i];
       ++split_k_kernels;
     }
@@ -214,32 +212,6 @@ TEST(KernelsCompile, EveryBlockShapeKeepsWgmmasInFlight) {
   const auto binaries = compile_all(names);
   ASSERT_FALSE(HasFailure());
   for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
-}
-
-// The K-loop clock measurement build (FG_EXPERIMENT 2048, docs/performance-log.md session 19) measures the kernel as it
-// runs: its clock reads add no spill and leave the wgmmas in flight, as in the default build (a device printf, as the
-// trace switch 256 uses, would make ptxas serialize every wgmma: C7510).
-TEST(KernelsCompile, LoopClockBuildKeepsWgmmasInFlight) {
-  fj::Options options = uncached_options();
-  options.extra_defines = {"-DFG_EXPERIMENT=2048"};
-  const std::vector<std::string> names = {dense_kernel(256, 128, 7168, 3, false), dense_kernel(128, 192, 7168, 4, false)};
-  const auto binaries = compile_all(names, options);
-  ASSERT_FALSE(HasFailure());
-  for (size_t i = 0; i < names.size(); ++i) expect_clean_log(names[i], *binaries[i]);
-}
-
-// The producer-side measurement switches of session 32 (docs/performance-log.md): SA from a thread of its own
-// (524288), round-robin issuers (1048576) and one scale-warp arrive per stage (2097152) build without spills on the
-// narrow 64-row kernel they were measured on.
-TEST(KernelsCompile, ProducerMeasurementSwitchesBuildClean) {
-  for (const char* define : {"-DFG_EXPERIMENT=524288", "-DFG_EXPERIMENT=1048576", "-DFG_EXPERIMENT=2097152"}) {
-    fj::Options options = uncached_options();
-    options.extra_defines = {define};
-    const std::vector<std::string> names = {dense_kernel(64, 16, 7168, 8, false)};
-    const auto binaries = compile_all(names, options);
-    ASSERT_FALSE(HasFailure()) << define;
-    expect_clean_log(names[0] + " " + define, *binaries[0]);
-  }
 }
 
 // Half batches (gemm_batch_parts): a 128x192 tile with more than 4 K blocks issues each K block as two m64n96k32
@@ -305,7 +277,7 @@ TEST(KernelsCompile, KMajorScalesByTmaBoxesOrGathered) {
   std::vector<std::string> names;
   for (const auto& c : cases) {
     names.push_back(kernel_of(c.kind, c.block_m, c.block_n, c.k, c.stages, true));
-    const std::string mode = c.tma ? ", 2u, 1u>" : ", 1u, 1u>";  // kSaKMajorTma / kSaKMajorGather, then split-K 1
+    const std::string mode = c.tma ? ", 2u, 1u, false>" : ", 1u, 1u, false>";  // kSaKMajorTma / kSaKMajorGather
     EXPECT_NE(names.back().find(mode), std::string::npos) << names.back();
   }
   compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
@@ -316,27 +288,9 @@ TEST(KernelsCompile, KMajorScalesByTmaBoxesOrGathered) {
   });
 }
 
-// BLOCK_N an odd multiple of 8 (FINEGEMM_EXPERIMENTAL_ODD_BLOCK_N=1): each width the heuristic may then pick, K=7168,
-// both SA layouts: no spills, the wgmmas in flight, and the epilogue's last 8 columns through stmatrix x2 into an
-// unswizzled tile stored by TMA.
-TEST(KernelsCompile, OddEighthBlockNsCompileWithoutSpills) {
-  std::vector<std::string> names;
-  for (int block_m : {64, 128}) {
-    for (int block_n = 24; block_n <= (block_m == 64 ? 176 : 192); block_n += 16) {
-      if (128 - std::gcd(block_n, 128) + block_n > 256) continue;  // three SB blocks: rejected by the heuristic
-      for (bool k_major : {false, true}) names.push_back(dense_kernel(block_m, block_n, 7168, 4, k_major));
-    }
-  }
-  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
-    EXPECT_NE(sass.find("STSM.16.M88.2"), std::string::npos) << names[i];
-    EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
-    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-  });
-}
-
 // The producer warpgroup's registers after setmaxnreg (gemm_producer_registers): 40 left it short in the grouped
 // layouts and with the gathered SA at BLOCK_M 128, where ptxas spilled 1-21 words (contiguous 128x64 at K=2048;
-// dense gathered 128x112, 128x144 and 128x192 at K=16384; session 40). Those kernels split 224 / 56 and write no
+// dense gathered 128x112, 128x144 and 128x192 at K=16384). Those kernels split 224 / 56 and write no
 // local memory; the 256x128 and contiguous 128x192 kernels keep 232 / 40.
 TEST(KernelsCompile, ProducersOfGroupedAndGatheredKernelsDoNotSpill) {
   namespace fd = finegemm::device;
@@ -411,11 +365,11 @@ std::map<size_t, size_t> k_loops_by_wgmmas(const std::string& sass) {
 TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
   // The grouped schedulers read m_indices / masked_m; walked with a data-dependent skip loop inside the scheduler,
   // that made ptxas keep the 128-row kernels' pipeline state in per-thread registers: 170 instead of 156 instructions
-  // per K block, 4% slower than dense (docs/performance-log.md, session 13). Each grouped K loop must stay within a few
-  // instructions of the dense one with as many wgmmas. The 256-row kernels have a K loop per wave count (a tile of at
-  // most 128 rows runs one wave): tested at run time, the wave count cost up to 34 instructions a K block (session 38).
-  // With half batches (128x192) the dense kernel reads SB by every thread and the grouped ones by lane 0 and a
-  // shuffle (each measured faster so, session 39), which costs 8 instructions a K block (the dense loop: 165 with lane
+  // per K block, 4% slower than dense. Each grouped K loop must stay within a few instructions of the dense one with
+  // as many wgmmas. The 256-row kernels have a K loop per wave count (a tile of at most 128 rows runs one wave):
+  // tested at run time, the wave count cost up to 34 instructions a K block. With half batches (128x192) the dense
+  // kernel reads SB by every thread and the grouped ones by lane 0 and a shuffle (each measured faster so), which
+  // costs 8 instructions a K block (the dense loop: 165 with lane
   // 0, 157 without): allowed on top for that tile.
   constexpr size_t kLane0SbInstructions = 8;
   const std::vector<std::pair<int, int>> tiles = {{128, 192}, {256, 128}};
@@ -453,44 +407,37 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
   std::string steady_kernel;
   for (const Problem& p : seed_problems()) {
     const auto config = finegemm::heuristics::select_config(p, 132);
-    const auto pass = finegemm::heuristics::ffma_pass_for(config);
+    const bool pass = finegemm::heuristics::takes_steady_ffma_pass(config);
     const bool dense_whole_batches =
         p.kind == GemmKind::kNormal && config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
-    EXPECT_EQ(pass.has_value(), config.block_m == 256 || dense_whole_batches) << config.kernel_function();
-    if (pass) {
-      EXPECT_EQ(*pass, finegemm::sass::FfmaPassMode::kSteady);
-      if (p.kind == GemmKind::kNormal) steady_kernel = config.kernel_function();
-    }
+    EXPECT_EQ(pass, config.block_m == 256 || dense_whole_batches) << config.kernel_function();
+    if (pass && p.kind == GemmKind::kNormal) steady_kernel = config.kernel_function();
     (pass ? with_pass : without_pass).insert(config.block_m);
   }
   ASSERT_FALSE(with_pass.empty());
   ASSERT_FALSE(without_pass.empty());
   ASSERT_FALSE(steady_kernel.empty());
 
-  auto spec_of = [&](std::optional<finegemm::sass::FfmaPassMode> pass) {
-    fj::KernelSpec spec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", steady_kernel,
-                        "(const __grid_constant__ finegemm::device::GemmArgs)", true};
-    spec.ffma_pass = pass;
-    return spec;
+  auto spec_of = [&](bool steady_pass) {
+    return fj::KernelSpec{"finegemm/device/kernels/sm90_fp8_gemm.cuh", steady_kernel,
+                          "(const __grid_constant__ finegemm::device::GemmArgs)", steady_pass};
   };
   fj::Runtime runtime(uncached_options());
-  const auto plain = runtime.binary(spec_of(std::nullopt));
-  const auto steady = runtime.binary(spec_of(finegemm::sass::FfmaPassMode::kSteady));
+  const auto plain = runtime.binary(spec_of(false));
+  const auto steady = runtime.binary(spec_of(true));
   auto as_bytes = [](const std::string& cubin) { return std::vector<char>(cubin.begin(), cubin.end()); };
-  finegemm::sass::InterleaveOptions steady_mode;
-  steady_mode.mode = finegemm::sass::FfmaPassMode::kSteady;
-  const auto plain_report = finegemm::sass::analyze_ffma(as_bytes(plain->cubin), steady_mode);
-  const auto steady_report = finegemm::sass::analyze_ffma(as_bytes(steady->cubin), steady_mode);
+  const auto plain_report = finegemm::sass::analyze_ffma_runs(as_bytes(plain->cubin));
+  const auto steady_report = finegemm::sass::analyze_ffma_runs(as_bytes(steady->cubin));
   ASSERT_FALSE(plain_report.runs.empty()) << plain_report.to_string();
   EXPECT_GT(plain_report.num_modified, 0) << "ptxas no longer has the promotion FFMAs yield:\n"
                                           << plain_report.to_string();
   EXPECT_EQ(steady_report.num_modified, 0) << "the runtime's cubin did not take the pass:\n"
                                            << steady_report.to_string();
-  EXPECT_EQ(as_bytes(steady->cubin), finegemm::sass::interleave_ffma(as_bytes(plain->cubin), steady_mode));
+  EXPECT_EQ(as_bytes(steady->cubin), finegemm::sass::steady_ffma_pass(as_bytes(plain->cubin)));
   EXPECT_NE(plain->key, steady->key);
 
   fj::Options disabled = uncached_options();
   disabled.disable_sass_pass = true;
   fj::Runtime without(disabled);
-  EXPECT_EQ(without.binary(spec_of(finegemm::sass::FfmaPassMode::kSteady))->cubin, plain->cubin);
+  EXPECT_EQ(without.binary(spec_of(true))->cubin, plain->cubin);
 }

@@ -76,7 +76,7 @@ TEST(QuantizeCompile, AllVariantsCompileWithoutSpillsIntoTheIntendedSass) {
     std::fprintf(stderr, "\n*** SKIPPED SASS checks: nvdisasm not found (pip install nvidia-cuda-nvdisasm) ***\n\n");
   for (const Variant& v : variants) {
     const fj::KernelSpec spec{"finegemm/device/kernels/quantize.cuh", v.function,
-                              "(const finegemm::device::QuantizeArgs)", false};
+                              "(const finegemm::device::QuantizeArgs)"};
     const auto binary = runtime.binary(spec);
     ASSERT_TRUE(binary->compiled) << v.function;
     EXPECT_EQ(binary->cubin.compare(0, 4, "\x7f" "ELF"), 0) << v.function;

@@ -1,5 +1,5 @@
-// The block scheduler's tile order: every tile exactly once, multicast pairs share their operand, grouped kinds skip
-// padding and masked rows. Runs the device scheduler's code on the host.
+// The block scheduler's tile order: every tile exactly once, rasterized in bands, grouped kinds skip padding and masked
+// rows. Runs the device scheduler's code on the host.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,11 +22,11 @@ struct Visit {
   int compute_rows;
 };
 
-template <fd::GemmKind kKind, int BM, int BN, int NB, int kCluster, bool kOnA, bool kWideTail = false>
+template <fd::GemmKind kKind, int BM, int BN, int NB, bool kWideTail = false>
 std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout, int num_ctas) {
   std::vector<std::vector<Visit>> per_cta(static_cast<size_t>(num_ctas));
   for (int cta = 0; cta < num_ctas; ++cta) {
-    fd::TileScheduler<kKind, BM, BN, NB, kCluster, kOnA, false, kWideTail> s(rows, groups, layout, cta, num_ctas);
+    fd::TileScheduler<kKind, BM, BN, NB, kWideTail> s(rows, groups, layout, cta, num_ctas);
     fd::Tile t;
     while (s.next(t))
       per_cta[size_t(cta)].push_back({cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows,
@@ -55,9 +55,9 @@ std::vector<int> router_counts(uint32_t seed) {
   return counts;
 }
 
-template <int BM, int BN, int NB, int kCluster, bool kOnA, bool kWideTail = false>
+template <int BM, int BN, int NB, bool kWideTail = false>
 void check_normal(int m, int num_ctas) {
-  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kCluster, kOnA, kWideTail>(m, 1, nullptr, num_ctas);
+  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kWideTail>(m, 1, nullptr, num_ctas);
   std::map<std::pair<int, int>, int> seen;
   int num_tiles = 0;
   for (const auto& cta : visits)
@@ -94,21 +94,6 @@ void check_normal(int m, int num_ctas) {
     }
   for (size_t i = 0; i < written.size(); ++i)
     ASSERT_EQ(written[i], 1) << "m=" << m << " row " << i / NB << " n_block " << i % NB;
-  if (kCluster == 2) {
-    // CTAs 2c and 2c+1 form a cluster: at each step both have a tile or neither, and they share the multicast operand.
-    for (int c = 0; c + 1 < num_ctas; c += 2) {
-      ASSERT_EQ(visits[size_t(c)].size(), visits[size_t(c + 1)].size());
-      for (size_t i = 0; i < visits[size_t(c)].size(); ++i) {
-        const auto& x = visits[size_t(c)][i];
-        const auto& y = visits[size_t(c + 1)][i];
-        if (kOnA) {
-          EXPECT_EQ(x.m_block, y.m_block);
-        } else {
-          EXPECT_EQ(x.n_block, y.n_block);
-        }
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -116,11 +101,11 @@ void check_normal(int m, int num_ctas) {
 TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
   for (int ctas : {1, 2, 7, 66, 78, 114, 132}) {
     for (int m : {1, 63, 64, 65, 100, 128, 129, 130, 131, 200, 1000, 4000, 4096, 4097}) {
-      check_normal<64, 16, 132, 1, true>(m, ctas);
-      check_normal<256, 128, 16, 1, true>(m, ctas);
-      check_normal<256, 128, 16, 1, true, true>(m, ctas);
-      check_normal<128, 112, 64, 1, true>(m, ctas);
-      check_normal<128, 128, 33, 1, true>(m, ctas);
+      check_normal<64, 16, 132>(m, ctas);
+      check_normal<256, 128, 16>(m, ctas);
+      check_normal<256, 128, 16, true>(m, ctas);
+      check_normal<128, 112, 64>(m, ctas);
+      check_normal<128, 128, 33>(m, ctas);
     }
   }
 }
@@ -132,9 +117,9 @@ TEST(Scheduler, DenseTailOfAtMostHalfATileRunsAsWideTiles) {
   // most a full tile's.
   for (int ctas : {1, 7, 128, 132}) {
     for (int m : {257, 300, 384, 385, 511, 2049, 4097, 4100, 4160, 4224, 4225}) {
-      check_normal<256, 128, 56, 1, true, true>(m, ctas);
-      check_normal<256, 128, 15, 1, true, true>(m, ctas);
-      const auto visits = walk<fd::GemmKind::kNormal, 256, 128, 56, 1, true, true>(m, 1, nullptr, ctas);
+      check_normal<256, 128, 56, true>(m, ctas);
+      check_normal<256, 128, 15, true>(m, ctas);
+      const auto visits = walk<fd::GemmKind::kNormal, 256, 128, 56, true>(m, 1, nullptr, ctas);
       const int tail = m % 256;
       const bool wide_tail = tail > 0 && tail <= 128;
       const int tiles = (m / 256 + (wide_tail ? 0 : 1)) * 56 + (wide_tail ? 28 : 0);
@@ -158,7 +143,7 @@ TEST(Scheduler, DenseTailOfAtMostHalfATileRunsAsWideTiles) {
     }
   }
   // Unpaired last n-block: a narrow 128-row tile of one wave.
-  const auto visits = walk<fd::GemmKind::kNormal, 256, 128, 15, 1, true, true>(4160, 1, nullptr, 132);
+  const auto visits = walk<fd::GemmKind::kNormal, 256, 128, 15, true>(4160, 1, nullptr, 132);
   int narrow_tail = 0;
   for (const auto& cta : visits)
     for (const auto& v : cta)
@@ -169,40 +154,29 @@ TEST(Scheduler, DenseTailOfAtMostHalfATileRunsAsWideTiles) {
         EXPECT_EQ(v.first_row, 4096 - 4032);
       }
   EXPECT_EQ(narrow_tail, 1);
-  // Only 256x128 tiles, unclustered, without the tail split and without gathered K-major SA have wide tails.
-  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, false, fd::kSaMnMajor));
-  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, false, fd::kSaKMajorTma));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 1, false, fd::kSaKMajorGather));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 2, false, fd::kSaMnMajor));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 1, true, fd::kSaMnMajor));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(128, 128, 1, false, fd::kSaMnMajor));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 112, 1, false, fd::kSaMnMajor));
-}
-
-TEST(Scheduler, MulticastPairsShareTheirOperand) {
-  for (int ctas : {2, 66, 132}) {
-    for (int m : {512, 1000, 4096}) {
-      check_normal<128, 112, 64, 2, true>(m, ctas);   // even n-blocks: pairs along N share A
-      check_normal<128, 128, 56, 2, true>(m, ctas);
-    }
-    for (int m : {512, 4096}) check_normal<128, 128, 33, 2, false>(m, ctas);  // even m-blocks: pairs along M share B
-  }
+  // Only 256x128 tiles without split-K and without gathered K-major SA have wide tails.
+  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, fd::kSaMnMajor));
+  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, fd::kSaKMajorTma));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 1, fd::kSaKMajorGather));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 2, fd::kSaMnMajor));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(128, 128, 1, fd::kSaMnMajor));
+  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 112, 1, fd::kSaMnMajor));
 }
 
 TEST(Scheduler, RasterizationKeepsAWaveInABandOfN) {
-  // With 132 CTAs over 32 x 56 tiles, the first wave must touch at most one band (FG_RASTER_BAND = 16 n-blocks) of B.
-  const auto visits = walk<fd::GemmKind::kNormal, 128, 128, 56, 1, true>(4096, 1, nullptr, 132);
+  // With 132 CTAs over 32 x 56 tiles, the first wave must touch at most one band (16 n-blocks) of B.
+  const auto visits = walk<fd::GemmKind::kNormal, 128, 128, 56>(4096, 1, nullptr, 132);
   std::set<int> n_blocks;
   for (const auto& cta : visits) n_blocks.insert(cta.front().n_block);
-  EXPECT_LE(n_blocks.size(), size_t(FG_RASTER_BAND));
-  EXPECT_EQ(FG_RASTER_BAND, 16);
+  EXPECT_LE(n_blocks.size(), size_t(fd::kDefaultRasterBand));
+  EXPECT_EQ(fd::kDefaultRasterBand, 16);
 }
 
 TEST(Scheduler, ContiguousSkipsPaddingAndFlagsPartialBlocks) {
   // Experts of 100, 0, 300 and 128 rows, each padded to a multiple of 128.
   const std::vector<int32_t> m_indices = contiguous_layout({100, 0, 300, 128});
   const int rows = int(m_indices.size());  // 128 + 0 + 384 + 128 = 640
-  const auto visits = walk<fd::GemmKind::kGroupedContiguous, 128, 64, 4, 1, true>(rows, 4, m_indices.data(), 5);
+  const auto visits = walk<fd::GemmKind::kGroupedContiguous, 128, 64, 4>(rows, 4, m_indices.data(), 5);
   std::map<std::pair<int, int>, Visit> seen;
   for (const auto& cta : visits)
     for (const auto& v : cta) {
@@ -225,7 +199,7 @@ TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
     const int rows = int(m_indices.size());
     for (int ctas : {1, 3, 132}) {
       const auto visits =
-          walk<fd::GemmKind::kGroupedContiguous, 256, 64, 3, 1, true>(rows, int(counts.size()), m_indices.data(), ctas);
+          walk<fd::GemmKind::kGroupedContiguous, 256, 64, 3>(rows, int(counts.size()), m_indices.data(), ctas);
       std::vector<int> covered(size_t(rows) * 3, 0);  // (row, n_block): times written by a tile of the row's expert
       for (const auto& cta : visits)
         for (const auto& v : cta) {
@@ -278,9 +252,9 @@ TEST(Scheduler, ContiguousHalvesRunAsWideTilesOverTwoNBlocks) {
               << "row " << r << " n " << n;
     };
     for (int ctas : {1, 3, 132}) {
-      check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 4, 1, true>(rows, int(counts.size()), m_indices.data(),
+      check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 4>(rows, int(counts.size()), m_indices.data(),
                                                                         ctas), 4, ctas);
-      check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 5, 1, true>(rows, int(counts.size()), m_indices.data(),
+      check(walk<fd::GemmKind::kGroupedContiguous, 256, 128, 5>(rows, int(counts.size()), m_indices.data(),
                                                                         ctas), 5, ctas);
     }
   }
@@ -298,7 +272,7 @@ TEST(Scheduler, ContiguousLastRoundRunsAsHalves) {
     const int groups = int(counts.size());
     const int tiles = (rows + 255) / 256 * 32;
     for (int ctas : {132, 100, 7}) {
-      const auto visits = walk<fd::GemmKind::kGroupedContiguous, 256, 128, 32, 1, true>(rows, groups, m_indices.data(), ctas);
+      const auto visits = walk<fd::GemmKind::kGroupedContiguous, 256, 128, 32>(rows, groups, m_indices.data(), ctas);
       const int last_round = tiles % ctas;
       const bool halved = last_round > 0 && 2 * last_round <= ctas;
       std::vector<int> covered(size_t(rows) * 32, 0);
@@ -340,7 +314,7 @@ TEST(Scheduler, ContiguousWideHalvesKeepTheCtasEven) {
   for (int e = 0; e < 8; ++e)
     for (int r = 0; r < 4224; ++r) m_indices.push_back(e);
   const int rows = int(m_indices.size());
-  const auto visits = walk<fd::GemmKind::kGroupedContiguous, 256, 128, 32, 1, true>(rows, 8, m_indices.data(), 132);
+  const auto visits = walk<fd::GemmKind::kGroupedContiguous, 256, 128, 32>(rows, 8, m_indices.data(), 132);
   size_t fewest = visits[0].size(), most = 0;
   int wide = 0;
   for (const auto& cta : visits) {
@@ -356,7 +330,7 @@ TEST(Scheduler, ContiguousWideHalvesKeepTheCtasEven) {
 TEST(Scheduler, ContiguousAllPaddingBlocksAndBadIdsAreSkipped) {
   std::vector<int32_t> m_indices(256, -1);
   for (int r = 128; r < 256; ++r) m_indices[size_t(r)] = 7;  // 7 >= G: out of range
-  fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 64, 64, 2, 1, true> s(256, 4, m_indices.data(), 0, 1);
+  fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 64, 64, 2> s(256, 4, m_indices.data(), 0, 1);
   fd::Tile t;
   EXPECT_FALSE(s.next(t));
   EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorExpertIdOutOfRange));
@@ -397,11 +371,11 @@ TEST(Scheduler, CandidateWalkKeepsExactlyTheTilesOfNext) {
     }
   };
   same_walks([&](int cta, int ctas) {
-    return fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 128, 192, 3, 1, true>(rows, groups, m_indices.data(),
+    return fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 128, 192, 3>(rows, groups, m_indices.data(),
                                                                                       cta, ctas);
   });
   same_walks([&](int cta, int ctas) {
-    return fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 256, 128, 4, 1, true>(rows, groups, m_indices.data(),
+    return fd::TileScheduler<fd::GemmKind::kGroupedContiguous, 256, 128, 4>(rows, groups, m_indices.data(),
                                                                                       cta, ctas);
   });
 }
@@ -410,7 +384,7 @@ TEST(Scheduler, MaskedVisitsOnlyValidRowsOfEachGroup) {
   const int m_max = 200;
   for (int ctas : {1, 3, 132}) {
     std::vector<int32_t> masked = {0, 1, 63, 64, 65, 200, 129, 0};
-    const auto visits = walk<fd::GemmKind::kGroupedMasked, 64, 32, 4, 1, true>(m_max, int(masked.size()), masked.data(), ctas);
+    const auto visits = walk<fd::GemmKind::kGroupedMasked, 64, 32, 4>(m_max, int(masked.size()), masked.data(), ctas);
     std::map<std::tuple<int, int, int>, int> seen;
     for (const auto& cta : visits)
       for (const auto& v : cta) {
@@ -428,84 +402,10 @@ TEST(Scheduler, MaskedVisitsOnlyValidRowsOfEachGroup) {
 
 TEST(Scheduler, MaskedClampsAndFlagsRowsAboveMmax) {
   std::vector<int32_t> masked = {300};
-  fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 64, 1, 1, true> s(256, 1, masked.data(), 0, 1);
+  fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 64, 1> s(256, 1, masked.data(), 0, 1);
   fd::Tile t;
   int tiles = 0;
   while (s.next(t)) ++tiles;
   EXPECT_EQ(tiles, 2);  // 256 rows, not 300
   EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorMaskedMTooLarge));
-}
-
-TEST(Scheduler, MaskedMulticastPairsStayInOneGroup) {
-  std::vector<int32_t> masked = {100, 0, 257, 64, 1};
-  const auto visits = walk<fd::GemmKind::kGroupedMasked, 128, 64, 6, 2, true>(300, 5, masked.data(), 8);
-  for (int c = 0; c < 8; c += 2) {
-    ASSERT_EQ(visits[size_t(c)].size(), visits[size_t(c + 1)].size());
-    for (size_t i = 0; i < visits[size_t(c)].size(); ++i) {
-      EXPECT_EQ(visits[size_t(c)][i].group, visits[size_t(c + 1)][i].group);
-      EXPECT_EQ(visits[size_t(c)][i].m_block, visits[size_t(c + 1)][i].m_block);
-    }
-  }
-}
-
-namespace {
-
-/// Tail split: every (tile, K block) exactly once; whole tiles first; the cut tiles' pieces piece-major, so at each
-/// step the CTAs run as few K ranges as the cut tiles allow (two when there are at least half as many cut tiles as
-/// CTAs); no CTA runs more than its share of pieces.
-template <int BM, int BN, int NB>
-void check_tail_split(int m, int num_ctas, int pieces, int k_blocks) {
-  using Scheduler = fd::TileScheduler<fd::GemmKind::kNormal, BM, BN, NB, 1, true, true>;
-  const int num_tiles = (m + BM - 1) / BM * NB;
-  const int first_cut = num_tiles - num_tiles % num_ctas;
-  std::map<std::tuple<int, int, int>, int> seen;  // (m-block, n-block, K block)
-  std::map<int, std::set<int>> ranges_at_step;    // step -> K ranges (piece index) run at that step
-  std::map<int, int> pieces_done;                 // cut tile -> pieces
-  for (int cta = 0; cta < num_ctas; ++cta) {
-    Scheduler s(m, 1, nullptr, cta, num_ctas);
-    s.set_tail(first_cut, pieces, k_blocks);
-    fd::Tile t;
-    int step = 0, cta_pieces = 0;
-    bool in_pieces = false;
-    while (s.next(t)) {
-      ASSERT_LT(t.k_begin, t.k_end);
-      ASSERT_LE(t.k_end, k_blocks);
-      if (t.piece < 0) {
-        ASSERT_FALSE(in_pieces) << "a whole tile after a piece on CTA " << cta;
-        ASSERT_EQ(t.k_end - t.k_begin, k_blocks);
-      } else {
-        in_pieces = true;
-        ++cta_pieces;
-        ASSERT_LT(t.piece, pieces);
-        ASSERT_GE(t.k_end - t.k_begin, k_blocks / pieces);
-        ranges_at_step[step].insert(t.piece);
-        ++pieces_done[t.tail_index];
-      }
-      for (int kb = t.k_begin; kb < t.k_end; ++kb) ++seen[{t.m_block, t.n_block, kb}];
-      if (t.piece >= 0) ++step;
-    }
-    const int cut = num_tiles - first_cut;
-    EXPECT_LE(cta_pieces, (cut * pieces + num_ctas - 1) / num_ctas);
-  }
-  ASSERT_EQ(int(seen.size()), num_tiles * k_blocks) << "m=" << m << " ctas=" << num_ctas << " pieces=" << pieces;
-  for (const auto& [key, count] : seen) ASSERT_EQ(count, 1);
-  for (const auto& [tile, count] : pieces_done) EXPECT_EQ(count, pieces) << "cut tile " << tile;
-  const int cut = num_tiles - first_cut;
-  if (cut > 0)
-    for (const auto& [step, ranges] : ranges_at_step)
-      EXPECT_LE(int(ranges.size()), (num_ctas + cut - 1) / cut + 1) << "step " << step;
-}
-
-}  // namespace
-
-TEST(Scheduler, TailSplitCoversEveryKBlockOnce) {
-  // 4096x2112x7168 with 128x192 tiles on 132 SMs: 352 tiles, the last 88 cut in 3 (the heuristic's pick).
-  check_tail_split<128, 192, 11>(4096, 132, 3, 56);
-  check_tail_split<128, 192, 128>(4096, 132, 4, 12);  // 4096x24576x1536: 4 cut tiles
-  check_tail_split<128, 192, 11>(1000, 132, 2, 56);   // fewer tiles than CTAs: all of them cut
-  check_tail_split<256, 128, 56>(4000, 132, 2, 16);   // M not a multiple of BLOCK_M (the last row block moves up)
-  check_tail_split<128, 64, 7>(300, 10, 4, 9);        // K blocks not a multiple of the pieces
-  // Nothing cut: pieces = 1, or no partial wave.
-  check_tail_split<128, 192, 11>(4096, 132, 1, 56);
-  check_tail_split<128, 128, 33>(512, 132, 3, 16);
 }

@@ -16,11 +16,11 @@ namespace finegemm::tools {
 
 namespace {
 
-// Mirrors of finegemm/device/kernels/ceiling.cuh (a device header: not included by host code).
+// Mirrors of tools/device/ceiling.cuh (a device header: not included by host code).
 constexpr unsigned kStreamThreads = 256;
 constexpr unsigned kTensorThreads = 256;
 constexpr unsigned kTensorSmemBytes = 120 * 1024;
-constexpr const char* kHeader = "finegemm/device/kernels/ceiling.cuh";
+constexpr const char* kHeader = "finegemm/tools/ceiling.cuh";
 
 void launch(void* fn, unsigned grid, unsigned block, unsigned smem, cudaStream_t s, void** args, const char* what) {
   CUlaunchConfig config{};
@@ -42,10 +42,10 @@ uint64_t tensor_ceiling_batches(double flops, uint32_t wgmma_n) {
 
 CeilingKernels::CeilingKernels() {
   num_sms_ = get_num_sms();
-  stream_fn_ = jit_tool_kernel(kHeader, "finegemm::device::stream_ceiling_kernel<8u>",
+  stream_fn_ = jit_tool_kernel(kHeader, "finegemm::tools::stream_ceiling_kernel<8u>",
                                "(const uint4*, uint64_t, uint4*, uint64_t, uint32_t*)");
   for (uint32_t n : kTensorN) {
-    const std::string name = "finegemm::device::tensor_ceiling_kernel<" + std::to_string(n) + "u>";
+    const std::string name = "finegemm::tools::tensor_ceiling_kernel<" + std::to_string(n) + "u>";
     CUfunction fn = jit_tool_kernel(
         kHeader, name.c_str(), "(const uint8_t*, uint32_t, const uint8_t*, uint32_t, uint32_t, uint64_t, uint32_t*)");
     jit::check_cu(jit::driver().cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

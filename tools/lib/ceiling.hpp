@@ -1,5 +1,5 @@
 // A GEMM call's measured floor (`finegemm bench --ceiling`): the call's bytes moved alone and its tensor work issued
-// alone, each by a kernel that does nothing else (finegemm/device/kernels/ceiling.cuh), timed like the GEMMs. A GEMM
+// alone, each by a kernel that does nothing else (tools/device/ceiling.cuh), timed like the GEMMs. A GEMM
 // must read A, B and the scales and write D at least once, and must issue the same wgmmas, with loads, promotion and
 // stores on top (more power, so a clock no higher). So the slower of the two parts is an estimate of the fastest a
 // GEMM call can be on that card under that flush: the tensor part is a bound (its pipe runs ~100% busy at its own
@@ -54,7 +54,7 @@ class CeilingKernels {
                      uint32_t* sink, cudaStream_t s) const;
   /// Enqueues tensor_ceiling_kernel<wgmma_n> over num_sms CTAs: `batches` batches of four wgmmas on K block 0 of
   /// the first rows of a ([a_rows, k]) and b ([b_rows, k]); out: tensor_out_words() words, 2 per warpgroup
-  /// (2 x num_sms of them) then 2 per CTA (kernels/ceiling.cuh).
+  /// (2 x num_sms of them) then 2 per CTA (tools/device/ceiling.cuh).
   void launch_tensor(uint32_t wgmma_n, const uint8_t* a, uint32_t a_rows, const uint8_t* b, uint32_t b_rows,
                      uint32_t k, uint64_t batches, uint32_t* out, cudaStream_t s) const;
 

@@ -198,7 +198,7 @@ Reference gpu_reference(const GemmProblem& problem) {
   FG_CUDA_CHECK(cudaMemset(abs_sum.get(), 0, abs_sum.size()));
 
   const CUfunction fn = jit_tool_kernel(
-      "finegemm/device/kernels/reference_gemm.cuh", "finegemm::device::reference_gemm_kernel<64u>",
+      "finegemm/tools/reference_gemm.cuh", "finegemm::tools::reference_gemm_kernel<64u>",
       "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, "
       "int32_t)");
 

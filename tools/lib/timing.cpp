@@ -176,7 +176,7 @@ L2Flusher::L2Flusher(size_t bytes, FlushMode mode) : mode_(mode) {
   FG_CUDA_CHECK(cudaGetDevice(&device));
   FG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   read_grid_ = unsigned(sms) * 8;
-  read_kernel_ = jit_tool_kernel("finegemm/device/kernels/l2_flush.cuh", "finegemm::device::l2_read_flush_kernel<4u>",
+  read_kernel_ = jit_tool_kernel("finegemm/tools/l2_flush.cuh", "finegemm::tools::l2_read_flush_kernel<4u>",
                                  "(const uint4*, uint64_t, uint32_t*)");
   flush(stream);
   FG_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -39,7 +39,7 @@ inline constexpr size_t kReadFlushBytes = 256ull << 20;
 class L2Flusher {
  public:
   /// Throws std::invalid_argument if bytes == 0, std::runtime_error if the allocation fails. kRead always reads
-  /// kReadFlushBytes (finegemm/device/kernels/l2_flush.cuh) and compiles its kernel here.
+  /// kReadFlushBytes (tools/device/l2_flush.cuh) and compiles its kernel here.
   explicit L2Flusher(size_t bytes = 256ull << 20, FlushMode mode = FlushMode::kMemset);
   /// Enqueues the flush on `s` (asynchronous). Throws std::runtime_error on a CUDA error.
   void flush(cudaStream_t s);

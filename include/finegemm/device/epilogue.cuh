@@ -17,17 +17,16 @@
 namespace finegemm::device {
 
 /// The shared output tile: BLOCK_N / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16, each swizzled the way TMA's
-/// kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix land in distinct banks. A BLOCK_N that is an odd
-/// multiple of 8 is one unswizzled slab (epilogue_swizzle_bytes).
+/// kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix land in distinct banks.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N>
 struct EpilogueTile {
-  static_assert(BLOCK_N % 8 == 0, "stmatrix covers 8-column matrices");
-  static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N);  // 0: unswizzled
+  static_assert(BLOCK_N % 16 == 0, "stmatrix x4 covers 16 columns");
+  static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N);
   static constexpr uint32_t kSlabCols = epilogue_slab_cols(BLOCK_N);
   static constexpr uint32_t kSlabRowBytes = kSlabCols * 2;
   static constexpr uint32_t kNumSlabs = BLOCK_N / kSlabCols;
   static constexpr uint32_t kSlabBytes = BLOCK_M * kSlabRowBytes;
-  static constexpr uint32_t kSwizzleMask = kSwizzleBytes == 0 ? 0 : kSwizzleBytes / 16 - 1;
+  static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
 
   /// Byte offset of (row, col) in the shared tile; col is a multiple of 8 (one 16-byte chunk).
@@ -41,9 +40,8 @@ struct EpilogueTile {
   /// inside a slab row, and chunk (2i + col0 / 8) mod kSlabCols / 8 differs from chunk col0 / 8 by XOR (2i mod
   /// kSlabCols / 8), so each stmatrix address is one XOR with a constant plus an immediate offset from one per-lane
   /// base instead of the full swizzle arithmetic (ptxas may still keep the results in registers across the tile
-  /// loop where it has them to spare). Also valid with a 1024-aligned base added. Unswizzled: 32 bytes per step.
+  /// loop where it has them to spare). Also valid with a 1024-aligned base added.
   static FG_HOST_DEVICE uint32_t chunk_offset(uint32_t offset_col0, uint32_t i) {
-    if constexpr (kSwizzleBytes == 0) return offset_col0 + i * 32;
     return (offset_col0 ^ (((2 * i) % (kSlabCols / 8)) << 4)) + (i * 16 / kSlabCols) * kSlabBytes;
   }
 
@@ -71,12 +69,6 @@ struct EpilogueTile {
                          ptx::cvt_bf16x2(acc[w][i * 8 + 2], acc[w][i * 8 + 3]),
                          ptx::cvt_bf16x2(acc[w][i * 8 + 4], acc[w][i * 8 + 5]),
                          ptx::cvt_bf16x2(acc[w][i * 8 + 6], acc[w][i * 8 + 7]));
-      }
-      if constexpr (BLOCK_N % 16 == 8) {
-        // The last 8 columns: rows 0-7 and 8-15 of one 8-column matrix pair (lanes 0-15 give the addresses).
-        constexpr uint32_t i = BLOCK_N / 16;
-        ptx::stmatrix_x2(smem_d + chunk_offset(lane_offset, i), ptx::cvt_bf16x2(acc[w][i * 8 + 0], acc[w][i * 8 + 1]),
-                         ptx::cvt_bf16x2(acc[w][i * 8 + 2], acc[w][i * 8 + 3]));
       }
     }
     ptx::fence_proxy_async_shared();

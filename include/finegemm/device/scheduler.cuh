@@ -2,22 +2,18 @@
 //
 // A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
-// shares a few rows of A and a band of B in L2. With a 2-CTA cluster the two CTAs get consecutive tiles that share the
-// multicast operand: adjacent n-blocks of one m-block (multicast on A) or adjacent m-blocks of one n-block (on B).
+// shares a few rows of A and a band of B in L2.
 #pragma once
 
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "finegemm/device/common/types.cuh"
 
-// Width of the rasterization bands in n-blocks (-DFG_RASTER_BAND=N through FINEGEMM_JIT_DEFINES measures others).
-// 8 cut L2 traffic by 20% and ran 0-2% faster on the large dense shapes of an H100, but contiguous calls with 10%
-// valid rows then cost 1.435x the packed rows (1.226x with 16): the CTAs' strided tiles meet the skipped padding
-// blocks less evenly (docs/performance-log.md, session 4).
-#ifndef FG_RASTER_BAND
-#define FG_RASTER_BAND 16
-#endif
-
 namespace finegemm::device {
+
+/// Width of the rasterization bands in n-blocks. 8 cut L2 traffic by 20% and ran 0-2% faster on the large dense shapes
+/// of an H100, but contiguous calls with 10% valid rows then cost 1.435x the packed rows (1.226x with 16): the CTAs'
+/// strided tiles meet the skipped padding blocks less evenly.
+inline constexpr int kDefaultRasterBand = 16;
 
 /// One output tile, as the kernel needs it.
 struct Tile {
@@ -29,26 +25,12 @@ struct Tile {
   int32_t first_row = 0;     ///< rows of the tile before this one belong to another tile and are not written
   int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
-  bool wide = false;         ///< kWideHalves: the tile's (at most 128) rows for n-blocks n_block and n_block + 1
-  // Tail-split schedulers only (dense GEMMs): the K blocks [k_begin, k_end) this CTA computes of the tile; for a piece
-  // of a cut tile, which piece (-1: the whole tile) and the tile's index among the cut ones.
-  int32_t k_begin = 0;
-  int32_t k_end = 0;
-  int32_t piece = -1;
-  int32_t tail_index = 0;
+  bool wide = false;         ///< kWideTiles: the tile's (at most 128) rows for n-blocks n_block and n_block + 1
 };
 
-/// kTailSplit (dense GEMMs, unclustered): the tiles of the last, partial wave are cut along K (set_tail). Pieces are
-/// numbered piece-major (all tiles' first K range, then all second ones, ...) and dealt round robin after the whole
-/// tiles, so the CTAs running together read the same K range of A and B (session 8's stream-K, whose CTAs each
-/// started at their own K offset, lost 5-34% on an H100; docs/performance.md).
-template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, int kClusterSize, bool kMulticastOnA,
-          bool kTailSplit = false, bool kWideTail = false, int kRasterBand = FG_RASTER_BAND>
+template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, bool kWideTail = false,
+          int kRasterBand = kDefaultRasterBand>
 struct TileScheduler {
-  static_assert(kClusterSize == 1 || kClusterSize == 2, "clusters of 1 or 2 CTAs");
-  static_assert(!kTailSplit || (kKind == GemmKind::kNormal && kClusterSize == 1), "tail split: dense, unclustered");
-  static_assert(kRasterBand % 2 == 0, "an even band keeps multicast pairs inside one band");
-  static constexpr bool kPairsAlongM = kClusterSize == 2 && !kMulticastOnA;
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
   static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
   /// With 128-column tiles (unclustered), a half (at most 128 rows of one expert) is computed for two adjacent
@@ -57,21 +39,20 @@ struct TileScheduler {
   /// of a block split between two experts then each take one expert's half over both n-blocks, so every candidate
   /// holds one full tile's work and no second pass is needed (only for an unpaired last n-block). Before, the halves
   /// ran one n-block at a time, about 0.65 of a full tile each, and the round robin could give one CTA many of them
-  /// (H100, 8 experts of 4224 rows: 16 CTAs took all 256 halves; docs/performance-log.md, session 14).
-  static constexpr bool kWideHalves = kContiguousHalves && BLOCK_N == 128 && kClusterSize == 1 && !kTailSplit;
+  /// (H100, 8 experts of 4224 rows: 16 CTAs took all 256 halves).
+  static constexpr bool kWideHalves = kContiguousHalves && BLOCK_N == 128;
   /// With wide halves and an even n-block count (no second pass), when the last round of candidates has at most half
   /// as many tiles as there are CTAs, each of them becomes two candidates, one per 128-row half (a block of one
   /// expert: both halves computed; a block split between experts: the first candidate as before, the second without
-  /// work). The CTAs that took a whole tile in the last round then take about 0.65 of one (the cost of a half tile,
-  /// docs/performance-log.md, session 14): with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles.
-  /// Measured on an H100 (session 15): the two K=7168 contiguous seed draws 0.5-0.7% faster (1% predicted).
+  /// work). The CTAs that took a whole tile in the last round then take about 0.65 of one (the cost of a half tile):
+  /// with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles. Measured on an H100: the two K=7168
+  /// contiguous seed draws 0.5-0.7% faster.
   static constexpr bool kTailHalves = kWideHalves && kNumNBlocks % 2 == 0;
   /// kWideTail (dense 256x128 tiles, gemm_dense_wide_tail): with M > 256 and M mod 256 in 1..128, the last row block
   /// is 128 rows moved up to end at row M, walked after all full tiles as wide tiles over n-blocks 2p and 2p + 1 (an
   /// unpaired last n-block alone). Each holds a full tile's work, so the round robin stays even.
-  static_assert(!kWideTail || (kKind == GemmKind::kNormal && BLOCK_M == 256 && BLOCK_N == 128 && kClusterSize == 1 &&
-                               !kTailSplit),
-                "wide tails: dense 256x128 tiles, unclustered, no tail split");
+  static_assert(!kWideTail || (kKind == GemmKind::kNormal && BLOCK_M == 256 && BLOCK_N == 128),
+                "wide tails: dense 256x128 tiles");
   static constexpr bool kWideTiles = kWideHalves || kWideTail;
 
   /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
@@ -79,7 +60,7 @@ struct TileScheduler {
   /// (rows clamped to M_sum; -1 past it). Their addresses follow from the block alone, so the loads are in flight
   /// together: one global-memory round trip per candidate. (Loading the next candidate's entries during the current
   /// tile measured 1.4-3.6% slower on an H100: ptxas moves them to uniform registers right after the loads and waits
-  /// there; docs/performance-log.md, session 6.)
+  /// there.)
   struct Probe {
     int32_t first = -1, first_last = -1, second = -1, second_last = -1;
   };
@@ -93,10 +74,6 @@ struct TileScheduler {
   int32_t tile_stride;
   // Progress
   int32_t next_tile;
-  int32_t tail_first = 0x7fffffff;  ///< tail split: tiles from this one on are cut into pieces
-  int32_t tail_pieces = 1;
-  int32_t tail_k_blocks = 0;        ///< K blocks of a tile
-  int32_t next_piece = 0;
   int32_t group = 0;               ///< masked: group of the tiles being walked
   int32_t tiles_before_group = 0;  ///< masked: tiles of the groups before `group`
   int32_t group_rows = 0;          ///< masked: valid rows of `group`
@@ -154,16 +131,8 @@ struct TileScheduler {
     const int32_t first_n = band * kRasterBand;
     const int32_t band_width = min_of(kRasterBand, kNumNBlocks - first_n);
     const int32_t in_band = t - band * tiles_per_band;
-    if constexpr (kPairsAlongM) {
-      // Consecutive tiles: m-blocks 2p and 2p+1 of one n-block (requires an even number of m-blocks).
-      const int32_t pair = in_band / (2 * band_width);
-      const int32_t rest = in_band - pair * 2 * band_width;
-      m_block = pair * 2 + rest % 2;
-      n_block = first_n + rest / 2;
-    } else {
-      m_block = in_band / band_width;
-      n_block = first_n + in_band % band_width;
-    }
+    m_block = in_band / band_width;
+    n_block = first_n + in_band % band_width;
   }
 
   FG_HOST_DEVICE Probe load_probe(int32_t row_base) const {
@@ -178,15 +147,6 @@ struct TileScheduler {
       }
     }
     return p;
-  }
-
-  /// Tail split: tiles [first_cut_tile, all) are cut into `pieces` ranges of their `k_blocks` K blocks (pieces = 1 or
-  /// first_cut_tile >= all tiles: nothing is cut).
-  FG_HOST_DEVICE void set_tail(int32_t first_cut_tile, int32_t pieces, int32_t k_blocks) {
-    tail_first = pieces > 1 ? first_cut_tile : 0x7fffffff;
-    tail_pieces = pieces > 1 ? pieces : 1;
-    tail_k_blocks = k_blocks;
-    next_piece = first_tile;
   }
 
   /// Advances to this CTA's next tile; false when there is none left.
@@ -210,7 +170,7 @@ struct TileScheduler {
   /// (`has_work` false: a contiguous block of padding, or a 256-row block's second half of the same expert; nothing to
   /// load or compute). The same tiles as next(), for callers that skip in their own loop: with the skip loop inside
   /// next(), whose exit depends on loaded m_indices, ptxas gave the math warps of grouped 128-row kernels a K loop with
-  /// the pipeline state in per-thread registers (170 instead of 156 instructions; docs/performance-log.md, session 13).
+  /// the pipeline state in per-thread registers (170 instead of 156 instructions).
   FG_HOST_DEVICE bool next_candidate(Tile& tile, bool& has_work) {
     has_work = true;
     if constexpr (kKind == GemmKind::kGroupedMasked) {
@@ -240,29 +200,9 @@ struct TileScheduler {
     const int32_t num_tiles = !kContiguousHalves ? first_pass_tiles
                               : kWideHalves ? first_pass_tiles + halved_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
                                             : 2 * first_pass_tiles;
-    const int32_t whole_end = kTailSplit ? min_of(num_tiles, tail_first) : num_tiles;
-    const int32_t num_pieces = kTailSplit ? (num_tiles - whole_end) * tail_pieces : 0;
-    if (!(next_tile < whole_end || (kTailSplit && next_piece < num_pieces))) return false;
+    if (next_tile >= num_tiles) return false;
     int32_t t = next_tile;
-    if (next_tile < whole_end) {
-      next_tile += tile_stride;
-      if constexpr (kTailSplit) {
-        tile.k_begin = 0;
-        tile.k_end = tail_k_blocks;
-        tile.piece = -1;
-      }
-    } else if constexpr (kTailSplit) {
-      // Piece q is range q / cut_tiles of cut tile q % cut_tiles; its K blocks [j * KB / s, (j + 1) * KB / s).
-      const int32_t cut_tiles = num_tiles - whole_end;
-      const int32_t q = next_piece;
-      next_piece += tile_stride;
-      const int32_t j = q / cut_tiles;
-      tile.tail_index = q - j * cut_tiles;
-      tile.piece = j;
-      tile.k_begin = j * tail_k_blocks / tail_pieces;
-      tile.k_end = (j + 1) * tail_k_blocks / tail_pieces;
-      t = whole_end + tile.tail_index;
-    }
+    next_tile += tile_stride;
     tail_half = -1;
     if constexpr (kTailHalves) {
       const int32_t tail_start = first_pass_tiles - halved_tiles;
@@ -303,7 +243,7 @@ struct TileScheduler {
     if constexpr (kKind == GemmKind::kNormal) {
       // A last row block that M ends inside moves up to end at row M (when M >= BLOCK_M), rounded up to a row
       // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
-      // past A (a box reaching far past the end measured up to 28% slower, docs/performance-log.md, session 8).
+      // past A (a box reaching far past the end measured up to 28% slower on an H100).
       // The rows it shares with the block before are computed twice and written only by that block.
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
       if (num_rows >= BLOCK_M && moved_base < tile.row_base) {

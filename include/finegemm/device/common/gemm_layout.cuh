@@ -77,24 +77,20 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
   return align_up(d_bytes + num_stages * stage_bytes + sb_bytes + barrier_bytes, 16u) + exchange_bytes + 1024;
 }
 
-/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it.
-/// A BLOCK_N that is an odd multiple of 8 is one unswizzled slab (swizzle bytes 0): its rows of BLOCK_N * 2 bytes are
-/// an odd number of 16-byte chunks, so the 8 rows of one stmatrix matrix already fall in distinct banks.
+/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it
+/// (BLOCK_N is a multiple of 16, so at least 32 bytes).
 FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n) {
-  return block_n % 64 == 0 ? 128 : block_n % 32 == 0 ? 64 : block_n % 16 == 0 ? 32 : 0;
+  return block_n % 64 == 0 ? 128 : block_n % 32 == 0 ? 64 : 32;
 }
 
 /// Columns of one epilogue slab: the TMA store's box width.
-FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) {
-  return epilogue_swizzle_bytes(block_n) == 0 ? block_n : epilogue_swizzle_bytes(block_n) / 2;
-}
+FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) { return epilogue_swizzle_bytes(block_n) / 2; }
 
 /// Registers per thread after setmaxnreg in the kernels with two math warpgroups (BLOCK_M 128 and 256), which start
 /// with 168 each (384 x 168 of the SM's 65536): the math warpgroups take 232 and leave the producer warpgroup 40.
-/// The producers of the grouped layouts and of the gathered SA spilled with 40 at BLOCK_M 128 (1-21 words: contiguous
-/// 128x64, dense gathered 128x112, 128x144 and 128x192; session 40), so those kernels split 224 / 56: the grouped
-/// ones up to BLOCK_N 160 (the contiguous 128x192 seed kernels did not spill and keep their SASS), the gathered ones
-/// up to 192 (224 registers hold 128x192's 192 accumulators without spills).
+/// The producers of the grouped layouts and of the gathered SA spill with 40 at BLOCK_M 128, so those kernels split
+/// 224 / 56: the grouped ones up to BLOCK_N 160 (the contiguous 128x192 kernels do not spill with 40), the gathered
+/// ones up to 192 (224 registers hold 128x192's 192 accumulators without spills).
 FG_HOST_DEVICE constexpr bool gemm_roomy_producer(bool grouped, uint32_t block_m, uint32_t block_n, uint32_t sa_mode) {
   return block_m == 128 && ((grouped && block_n <= 160) || (sa_mode == kSaKMajorGather && block_n <= 192));
 }
@@ -111,7 +107,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_producer_registers(bool grouped, uint32_t
 /// warpgroups). Small tiles are latency-bound (a K block's wgmmas take only 2 * BLOCK_N tensor cycles, their latency
 /// is longer), so they issue several blocks before promoting the first; the (depth + 1) fp32 register arrays of
 /// BLOCK_N / 2 must fit gemm_math_registers. With two warpgroups the turns measured as fast as depth 2 at BN=128 and 5%
-/// faster than depth 4 at BN=32 (H100, docs/performance-log.md session 4), so there only BN 48..64 use depth 4.
+/// faster than depth 4 at BN=32 (H100), so there only BN 48..64 use depth 4.
 FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_n) {
   return block_m == 64    ? (block_n <= 64 ? 4 : block_n <= 96 ? 3 : block_n <= 128 ? 2 : 1)
          : block_m == 128 ? (block_n > 32 && block_n <= 64 ? 4 : 1)
@@ -121,35 +117,32 @@ FG_HOST_DEVICE constexpr uint32_t gemm_k_depth(uint32_t block_m, uint32_t block_
 /// Commit groups one K block's wgmmas of a warpgroup are split into when two warpgroups take turns: with 2, each
 /// group covers half the columns (m64n(BLOCK_N/2)k32) and the first half is promoted while the second runs, which
 /// shortens the path from a batch's completion to the warpgroup's next issue. It costs twice the wgmma instructions and
-/// a second read of A from shared memory per batch. H100 (docs/performance-log.md, session 20): BLOCK_N=192 (m64n96k32
-/// halves) 0.3-2.4% faster at K >= 1536 and 1% slower at K=512 (4 K blocks); BLOCK_N=128 at BLOCK_M=256 (m64n64k32
-/// halves) 1-9% slower; BLOCK_N=160 mostly slower. Halves need BLOCK_N / 2 to be a multiple of 8 (B's 128-byte
-/// swizzle atoms of 8 rows).
+/// a second read of A from shared memory per batch. Measured on an H100: BLOCK_N=192 (m64n96k32 halves) 0.3-2.4%
+/// faster at K >= 1536 and 1% slower at K=512 (4 K blocks); BLOCK_N=128 at BLOCK_M=256 (m64n64k32 halves) 1-9% slower;
+/// BLOCK_N=160 mostly slower. Halves need BLOCK_N / 2 to be a multiple of 8 (B's 128-byte swizzle atoms of 8 rows).
 FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_blocks_per_cta) {
   return block_n >= 192 && block_n % 16 == 0 && k_blocks_per_cta > 4 ? 2 : 1;
 }
 
 /// Whether a kernel also gets a 128-row box of A (GemmArgs::tma_a_half) for the tiles that compute at most 128 rows:
 /// grouped GEMMs with 256-row tiles, whose contiguous blocks split between two experts and masked groups' last rows
-/// make such tiles. With only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one (H100:
-/// 8 experts of 4224 rows, 4 such blocks in 132, 1.2% faster with the half box). Loading every tile as two 128-row boxes
-/// instead made full tiles ~1% slower (docs/performance-log.md, session 13).
-/// Dense kernels with gemm_dense_wide_tail have one too, for their last row block.
-FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, uint32_t a_split,
-                                                  bool dense_wide_tail) {
-  return block_m == 256 && a_split == 1 && (grouped || dense_wide_tail);
+/// make such tiles (with only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one: 1.2%
+/// slower on an H100 with 8 experts of 4224 rows; two 128-row boxes for every tile made full tiles ~1% slower), and
+/// dense kernels with gemm_dense_wide_tail, for their last row block.
+FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, bool dense_wide_tail) {
+  return block_m == 256 && (grouped || dense_wide_tail);
 }
 
 /// Whether a dense kernel may run a last row block of at most 128 rows (M > 256, M mod 256 in 1..128) as wide tiles:
-/// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's and TileScheduler's kWideTail). Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its
-/// rows, which can take one more round of tiles than M rounded down (H100, session 39: 4160x7168x16384 756.8 us
-/// against 674.4 at M=4096; 694.9 with wide tiles). 256x128 tiles, unclustered, without the tail split: the tiles of
-/// the contiguous layout's wide halves. Not with K-major SA gathered by the scale warp: ptxas then spilled the tile
-/// walk's position (N=7168, K=16384). A separate instantiation, which the heuristic picks only where it saves a round
-/// (KernelConfig::wide_tail).
-FG_HOST_DEVICE constexpr bool gemm_dense_wide_tail(uint32_t block_m, uint32_t block_n, uint32_t cluster_size,
-                                                   bool tail_split, uint32_t sa_mode) {
-  return block_m == 256 && block_n == 128 && cluster_size == 1 && !tail_split && sa_mode != kSaKMajorGather;
+/// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's and TileScheduler's kWideTail).
+/// Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its rows, which can
+/// take one more round of tiles than M rounded down (H100: 4160x7168x16384 756.8 us against 674.4 at M=4096, 694.9
+/// with wide tiles). 256x128 tiles without split-K: the tiles of the contiguous layout's wide halves. Not with K-major
+/// SA gathered by the scale warp: ptxas then spills the tile walk's position (N=7168, K=16384). A separate
+/// instantiation, which the heuristic picks only where it saves a round (KernelConfig::wide_tail).
+FG_HOST_DEVICE constexpr bool gemm_dense_wide_tail(uint32_t block_m, uint32_t block_n, uint32_t split_k,
+                                                   uint32_t sa_mode) {
+  return block_m == 256 && block_n == 128 && split_k == 1 && sa_mode != kSaKMajorGather;
 }
 
 /// Whether `rows` (M) ends in a last row block of at most half a tile and is not that block alone: the block a wide
@@ -168,12 +161,5 @@ FG_HOST_DEVICE constexpr int64_t gemm_dense_tiles(int64_t rows, int64_t n_blocks
   if (wide_tail && gemm_has_short_last_block<int64_t>(rows, block_m)) return full * n_blocks + (n_blocks + 1) / 2;
   return (full + (rows % block_m != 0 ? 1 : 0)) * n_blocks;
 }
-
-/// Pieces a tile of a tail-split GEMM may be cut into (the host picks 2..kMaxTailPieces).
-inline constexpr uint32_t kMaxTailPieces = 4;
-/// The tail split's workspace (per device and stream): this many slots of partial sums per SM, each holding the
-/// largest tile (BLOCK_M x BLOCK_N fp32); the host cuts at most this many pieces per CTA.
-inline constexpr uint32_t kTailSlotsPerSm = 2;
-inline constexpr uint32_t kTailSlotFloats = 256 * 128;
 
 }  // namespace finegemm::device

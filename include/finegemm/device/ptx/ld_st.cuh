@@ -76,15 +76,6 @@ FG_DEVICE void ld_shared_v4_b32(const void* ptr, uint32_t (&v)[4]) {
                : "r"(smem_addr(ptr)));
 }
 
-/// 16 bytes from global memory through the non-coherent path, not kept in L1 (data read once; only for data that
-/// nothing writes while the kernel runs, see ld_global_f32). Volatile: a run of them stays in program order, ahead
-/// of the uses of their data.
-FG_DEVICE void ld_global_nc_na_v4_b32(const void* ptr, uint32_t (&v)[4]) {
-  asm volatile("ld.global.nc.L1::no_allocate.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "l"(ptr));
-}
-
 FG_DEVICE void st_global_v4_b32(void* ptr, const uint32_t (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                : "memory");
@@ -104,61 +95,8 @@ FG_DEVICE void stmatrix_x4(void* row_ptr, uint32_t r0, uint32_t r1, uint32_t r2,
                : "memory");
 }
 
-/// Two 8x8 b16 matrices to shared memory; lanes 0-15 give the row addresses.
-FG_DEVICE void stmatrix_x2(void* row_ptr, uint32_t r0, uint32_t r1) {
-  asm volatile("stmatrix.sync.aligned.x2.m8n8.shared.b16 [%0], {%1, %2};" ::"r"(smem_addr(row_ptr)), "r"(r0), "r"(r1)
-               : "memory");
-}
-
 FG_DEVICE void atomic_or_global(uint32_t* ptr, uint32_t bits) {
   asm volatile("red.relaxed.gpu.global.or.b32 [%0], %1;" ::"l"(ptr), "r"(bits) : "memory");
-}
-
-FG_DEVICE void red_add_global(uint32_t* ptr, uint32_t v) {
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
-FG_DEVICE void st_global_v4_f32(float* ptr, float a, float b, float c, float d) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-
-/// Global load cached in L2 only: L1 is not coherent with other SMs' writes.
-FG_DEVICE float4 ld_global_cg_v4_f32(const float* ptr) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(ptr)
-               : "memory");
-  return v;
-}
-
-/// Adds `v` at gpu scope with acquire-release semantics; returns the previous value.
-FG_DEVICE uint32_t atomic_add_acq_rel_gpu(uint32_t* ptr, uint32_t v) {
-  uint32_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(ptr), "r"(v) : "memory");
-  return old;
-}
-
-FG_DEVICE void st_relaxed_gpu_u32(uint32_t* ptr, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(ptr), "r"(v) : "memory");
-}
-
-/// Orders this thread's earlier memory accesses before its later ones as seen by any thread of the GPU.
-FG_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-}  // namespace finegemm::device::ptx
-
-namespace finegemm::device::ptx {
-
-/// Loads a float from the shared memory of CTA `cta_rank` of this cluster, at the offset of `ptr` in this CTA.
-FG_DEVICE float ld_shared_cluster_f32(const float* ptr, uint32_t cta_rank) {
-  float v;
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %1, %2;\n"
-      "ld.shared::cluster.f32 %0, [remote];\n}\n"
-      : "=f"(v)
-      : "r"(smem_addr(ptr)), "r"(cta_rank)
-      : "memory");
-  return v;
 }
 
 }  // namespace finegemm::device::ptx

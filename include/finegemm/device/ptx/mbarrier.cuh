@@ -38,15 +38,8 @@ FG_DEVICE uint32_t mapa_shared(const void* ptr, uint32_t cta_rank) {
   return remote;
 }
 
-/// Arrives on the barrier at the same shared-memory offset in CTA `cta_rank` of this cluster.
-/// NOTE: default (CTA-scope) release semantics: the arrival only says "this stage's shared memory was consumed" (the
-/// wgmma reads already completed), and a .release.cluster arrive costs a cluster-scope fence per K block.
-FG_DEVICE void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(mapa_shared(bar, cta_rank)) : "memory");
-}
-
-/// Like mbarrier_arrive_cluster, releasing this thread's earlier writes at cluster scope (for data sent through
-/// distributed shared memory).
+/// Arrives on the mbarrier at `bar`'s offset in CTA `cta_rank` of this cluster, releasing this thread's earlier writes
+/// at cluster scope (for data sent through distributed shared memory).
 FG_DEVICE void mbarrier_arrive_cluster_release(uint64_t* bar, uint32_t cta_rank) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(mapa_shared(bar, cta_rank))
                : "memory");

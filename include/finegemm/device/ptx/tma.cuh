@@ -37,27 +37,6 @@ FG_DEVICE void tma_load_2d_hinted(const TmaDescriptor* desc, uint64_t* bar, void
       : "memory");
 }
 
-/// 2D tile load multicast to the same shared-memory offset of every CTA in `cta_mask`, each completing on its own
-/// barrier at the offset of `bar`.
-FG_DEVICE void tma_load_2d_multicast(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1,
-                                     uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
-}
-
-/// tma_load_2d_multicast with an L2 eviction policy (l2_policy_evict_first).
-FG_DEVICE void tma_load_2d_multicast_hinted(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0,
-                                            int32_t c1, uint16_t cta_mask, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint "
-      "[%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
-      : "memory");
-}
-
 /// 2D tile store from shared memory, tracked by the bulk async-group of this thread.
 FG_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* smem_src, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(

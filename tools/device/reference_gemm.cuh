@@ -6,7 +6,7 @@
 
 #include "finegemm/device/common/types.cuh"
 
-namespace finegemm::device {
+namespace finegemm::tools {
 
 FG_DEVICE float e4m3_to_float(uint8_t code) {
   const uint32_t sign = (code >> 7) & 1, exponent = (code >> 3) & 0xF, mantissa = code & 7;
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(256) reference_gemm_kernel(const uint8_t* a, c
   double acc[4][4] = {}, acc_abs[4][4] = {};
   for (int32_t kb = 0; kb < num_k_blocks; ++kb) {
     double block[4][4] = {}, block_abs[4][4] = {};
-    for (int32_t kc = kb * 128; kc < min_of(k, kb * 128 + 128); kc += kRefChunk) {
+    for (int32_t kc = kb * 128; kc < device::min_of(k, kb * 128 + 128); kc += kRefChunk) {
       for (uint32_t i = threadIdx.x; i < kRefChunk * kRefTile; i += blockDim.x) {
         const int32_t kk = i % kRefChunk, r = i / kRefChunk;
         const bool in_k = kc + kk < k;
@@ -81,4 +81,4 @@ __global__ void __launch_bounds__(256) reference_gemm_kernel(const uint8_t* a, c
     }
 }
 
-}  // namespace finegemm::device
+}  // namespace finegemm::tools

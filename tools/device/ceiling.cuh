@@ -15,7 +15,29 @@
 #include "finegemm/device/ptx/sync.cuh"
 #include "finegemm/device/ptx/wgmma.cuh"
 
-namespace finegemm::device {
+namespace finegemm::tools {
+
+/// %clock: the SM's cycle counter, low 32 bits.
+__device__ __forceinline__ uint32_t sm_clock32() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(t));
+  return t;
+}
+
+/// %globaltimer: nanoseconds, shared by all SMs.
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+
+/// 16 bytes from global memory through the non-coherent path, not kept in L1 (data read once, that nothing writes
+/// while the kernel runs). Volatile: a run of them stays in program order, ahead of the uses of their data.
+__device__ __forceinline__ void ld_global_nc_na_v4_b32(const void* ptr, uint32_t (&v)[4]) {
+  asm volatile("ld.global.nc.L1::no_allocate.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "l"(ptr));
+}
 
 /// Threads of a stream_ceiling_kernel CTA.
 inline constexpr uint32_t kStreamCeilingThreads = 256;
@@ -47,13 +69,13 @@ __global__ void __launch_bounds__(kStreamCeilingThreads) stream_ceiling_kernel(c
     const uint64_t rb = read_begin + read_step * r, re = min(rb + read_step, read_end);
     const uint64_t wb = write_begin + write_step * r, we = min(wb + write_step, write_end);
     uint32_t v[kUnroll][4];
-    // NOTE: the loads are volatile (ptx::ld_global_nc_na_v4_b32), so all kUnroll are issued before their first use;
+    // NOTE: the loads are volatile (ld_global_nc_na_v4_b32), so all kUnroll are issued before their first use;
     // plain loads were interleaved with the XORs, two in flight per thread.
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
       const uint64_t i = rb + threadIdx.x + uint64_t(u) * kStreamCeilingThreads;
       v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0;
-      if (i < re) ptx::ld_global_nc_na_v4_b32(src + i, v[u]);
+      if (i < re) ld_global_nc_na_v4_b32(src + i, v[u]);
     }
 #pragma unroll
     for (uint32_t u = 0; u < kUnroll; ++u) {
@@ -61,7 +83,7 @@ __global__ void __launch_bounds__(kStreamCeilingThreads) stream_ceiling_kernel(c
       if (i < we) {
         const uint32_t lo = uint32_t(i), hi = uint32_t(i >> 32);
         const uint32_t piece[4] = {lo, lo ^ kStreamPattern, ~lo, lo ^ hi};
-        ptx::st_global_v4_b32(dst + i, piece);
+        device::ptx::st_global_v4_b32(dst + i, piece);
       }
     }
 #pragma unroll
@@ -143,8 +165,8 @@ __global__ void __launch_bounds__(kTensorCeilingThreads, 1) tensor_ceiling_kerne
     *reinterpret_cast<uint4*>(dst + ((chunk ^ (local_row % 8)) * 16)) = chunks[i];
   }
   __syncthreads();
-  const uint32_t start_clock = ptx::clock32();
-  const uint64_t start_ns = ptx::global_timer();
+  const uint32_t start_clock = sm_clock32();
+  const uint64_t start_ns = global_timer_ns();
 
   // ---- This warpgroup's share of the batches --------------------------------------------------------------------
   // Broadcast from lane 0 so that ptxas sees a warp-uniform loop (a divergent one serializes the wgmmas).
@@ -156,27 +178,27 @@ __global__ void __launch_bounds__(kTensorCeilingThreads, 1) tensor_ceiling_kerne
   float acc[N / 2];
 #pragma unroll
   for (uint32_t i = 0; i < N / 2; ++i) acc[i] = 0.f;
-  const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(smem_a + warpgroup * kABytes);
-  const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(smem_b);
+  const uint64_t desc_a = device::ptx::make_smem_desc_k_major_sw128(smem_a + warpgroup * kABytes);
+  const uint64_t desc_b = device::ptx::make_smem_desc_k_major_sw128(smem_b);
   constexpr uint32_t kDescStepPerK32 = 32 >> 4;  // 32 bytes of K, in the descriptor's 16-byte units
   // NOTE: nothing but wgmmas touches the accumulators until the last wait (a fence_operand in the loop would
   // make ptxas wait for every wgmma: the batches would no longer overlap).
   for (uint64_t batch = 0; batch < my_batches; ++batch) {
-    ptx::wgmma_fence();
+    device::ptx::wgmma_fence();
 #pragma unroll
     for (uint32_t step = 0; step < kTensorCeilingRowBytes / 32; ++step)
-      ptx::wgmma_m64k32_e4m3<N>(desc_a + step * kDescStepPerK32, desc_b + step * kDescStepPerK32, acc, true);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<1>();
+      device::ptx::wgmma_m64k32_e4m3<N>(desc_a + step * kDescStepPerK32, desc_b + step * kDescStepPerK32, acc, true);
+    device::ptx::wgmma_commit_group();
+    device::ptx::wgmma_wait_group<1>();
   }
-  ptx::wgmma_wait_group<0>();
+  device::ptx::wgmma_wait_group<0>();
 #pragma unroll
-  for (uint32_t i = 0; i < N / 2; ++i) ptx::wgmma_fence_operand(acc[i]);
+  for (uint32_t i = 0; i < N / 2; ++i) device::ptx::wgmma_fence_operand(acc[i]);
   // The CTA's loop time in SM cycles and in nanoseconds, after both warpgroups finished (the clock it ran at).
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint32_t cycles = ptx::clock32() - start_clock;
-    const uint64_t ns = ptx::global_timer() - start_ns;
+    const uint32_t cycles = sm_clock32() - start_clock;
+    const uint64_t ns = global_timer_ns() - start_ns;
     out[2 * num_warpgroups + 2 * blockIdx.x] = cycles;
     out[2 * num_warpgroups + 2 * blockIdx.x + 1] = uint32_t(ns);
   }
@@ -187,4 +209,4 @@ __global__ void __launch_bounds__(kTensorCeilingThreads, 1) tensor_ceiling_kerne
   }
 }
 
-}  // namespace finegemm::device
+}  // namespace finegemm::tools

@@ -1,0 +1,191 @@
+// The producer warpgroup of the GEMM kernel: A's TMA issuer, B's TMA issuer and the scale warp fill the stage ring.
+// Each waits for a stage to be empty, announces its bytes on the stage's full barrier and issues its loads; the math
+// warpgroups wait on that barrier (Cfg::kFullArrivals arrivals and the announced bytes).
+#pragma once
+
+#include "finegemm/device/common/gemm_args.cuh"
+#include "finegemm/device/gemm/pipeline.cuh"
+#include "finegemm/device/gemm/traits.cuh"
+#include "finegemm/device/ptx/ld_st.cuh"
+#include "finegemm/device/ptx/mbarrier.cuh"
+#include "finegemm/device/ptx/tma.cuh"
+#include "finegemm/device/scheduler.cuh"
+
+namespace finegemm::device {
+
+/// The shared-memory carve-up of a kernel instance (offsets: GemmSmemLayout).
+struct GemmSmem {
+  uint8_t* d;                 // (BLOCK_M, BLOCK_N) bf16, swizzled slabs
+  uint8_t* a;                 // (kNumStages, BLOCK_M, BLOCK_K) fp8
+  uint8_t* b;                 // (kNumStages, BLOCK_N, BLOCK_K) fp8
+  float* sa;                  // (kNumStages, BLOCK_M, 1 or 4) fp32
+  float* sb;                  // (kNumStages, 2) fp32
+  uint64_t* full_barriers;    // (kNumStages)
+  uint64_t* empty_barriers;   // (kNumStages)
+  uint64_t* exchange_full;    // split-K: partial sums arrived (used in CTA 0)
+  uint64_t* exchange_empty;   // split-K: CTA 0 consumed them (used in CTA 1)
+  float* exchange;            // split-K: (BLOCK_M, BLOCK_N) fp32
+};
+
+/// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box. `kb_begin`: the first of the K
+/// blocks this CTA computes of each tile (split-K).
+template <class Cfg>
+FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typename Cfg::Scheduler& scheduler,
+                             uint32_t kb_begin) {
+  using Layout = typename Cfg::Layout;
+  PipelineState<Cfg::kNumStages> pipe;
+  Tile tile;
+  while (scheduler.next(tile)) {
+    // A masked GEMM's SA is [G * KB, M_max]: the group is in the K-block coordinate.
+    const int32_t sa_row_base = (Cfg::kGemmKind == GemmKind::kGroupedMasked)
+                                    ? tile.row_base - tile.group * args.num_rows
+                                    : tile.row_base;
+    const int32_t sa_kb_base = (Cfg::kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(Cfg::kNumKBlocks) : 0;
+    // A with fewer rows than BLOCK_M comes in a box of only its rows (rounded up to 8, set on the host): a box reaching
+    // many rows past the tensor's end measured up to 28% slower for the whole GEMM (H100). The smem rows left
+    // unwritten feed only output rows that are not stored. Tiles of at most 128 rows of the kernels with a half box
+    // load only those through a box of 128 rows.
+    const bool a_half = Cfg::kAHalfBox && tile.compute_rows <= int32_t(Cfg::BLOCK_M / 2);
+    const TmaDescriptor* tma_a = a_half ? &args.tma_a_half : &args.tma_a;
+    const uint32_t a_box_rows = a_half ? min_of(args.a_box_rows, Cfg::BLOCK_M / 2) : args.a_box_rows;
+    const uint32_t a_bytes = Cfg::kABytes - Layout::kABytesPerStage + a_box_rows * kBlockK;
+#pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
+    for (uint32_t kb = kb_begin; kb < kb_begin + Cfg::kKBlocksPerCta; ++kb) {
+      ptx::mbarrier_wait(&smem.empty_barriers[pipe.stage], pipe.phase ^ 1);
+      uint64_t* full = &smem.full_barriers[pipe.stage];
+      ptx::mbarrier_arrive_expect_tx(full, a_bytes);
+      const int32_t k_idx = int32_t(kb * kBlockK);
+      uint8_t* a_dst = smem.a + pipe.stage * Layout::kABytesPerStage;
+      float* sa_dst = smem.sa + pipe.stage * Cfg::kSaFloatsPerStage;
+      ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
+      if constexpr (Cfg::kSaMode == kSaMnMajor)
+        ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
+      // K-major: rows of the [rows, KB] view (a masked GEMM's group is in row_base), the 4 K blocks from kb & ~3 (a
+      // box must start on a 16-byte boundary of the row: an unaligned start traps); the math reads column kb % 4.
+      if constexpr (Cfg::kSaMode == kSaKMajorTma)
+        ptx::tma_load_2d(&args.tma_sa, full, sa_dst, int32_t(kb & ~3u), tile.row_base);
+      pipe.advance();
+    }
+  }
+}
+
+/// B's tile of K block `kb` for tile `t` into `stage`; a wide tile's second B tile (`second`) goes to the A stage's
+/// second half. B read by few tiles is loaded evict-first (args.b_evict_first, decided on the host): its lines then
+/// replace each other rather than what else the L2 holds (A, which every tile reads; other kernels' lines, written
+/// back first when dirty). Otherwise the plain load: a hinted one with an evict-normal policy measured slower.
+template <class Cfg>
+FG_DEVICE void load_b_tile(const GemmArgs& args, const GemmSmem& smem, const Tile& t, uint32_t stage, uint32_t kb,
+                           bool second = false) {
+  using Layout = typename Cfg::Layout;
+  uint64_t* full = &smem.full_barriers[stage];
+  const int32_t b_row = t.group * int32_t(Cfg::N) + (t.n_block + int32_t(second)) * int32_t(Cfg::BLOCK_N);
+  const int32_t k_idx = int32_t(kb * kBlockK);
+  uint8_t* b_dst = second ? smem.a + stage * Layout::kABytesPerStage + Cfg::kWideBOffset
+                          : smem.b + stage * Layout::kBBytesPerStage;
+  if (args.b_evict_first)
+    ptx::tma_load_2d_hinted(&args.tma_b, full, b_dst, k_idx, b_row, ptx::l2_policy_evict_first());
+  else
+    ptx::tma_load_2d(&args.tma_b, full, b_dst, k_idx, b_row);
+}
+
+/// B's issuer: a thread of its own, since one thread issuing A, SA and B paced the narrow small-M tiles.
+template <class Cfg>
+FG_DEVICE void load_b_stages(const GemmArgs& args, const GemmSmem& smem, typename Cfg::Scheduler& scheduler,
+                             uint32_t kb_begin) {
+  PipelineState<Cfg::kNumStages> pipe;
+  Tile tile;
+  if (Cfg::kBPairs && args.b_pairs != 0) {
+    // Two stages per empty wait, their loads back to back (each row's two 128-byte pieces of K close together in
+    // time); a tile's odd last K block alone. The math releases stages in order, so the second stage's release
+    // implies the first's (across the ring's wrap too).
+    while (scheduler.next(tile)) {
+      const uint32_t kb_end = kb_begin + Cfg::kKBlocksPerCta;
+#pragma unroll 1
+      for (uint32_t kb = kb_begin; kb < kb_end; kb += 2) {
+        const bool pair = kb + 1 < kb_end;
+        PipelineState<Cfg::kNumStages> second = pipe;
+        if (pair) second.advance();
+        ptx::mbarrier_wait(&smem.empty_barriers[second.stage], second.phase ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&smem.full_barriers[pipe.stage], Cfg::kBBytes);
+        load_b_tile<Cfg>(args, smem, tile, pipe.stage, kb);
+        if (pair) {
+          ptx::mbarrier_arrive_expect_tx(&smem.full_barriers[second.stage], Cfg::kBBytes);
+          load_b_tile<Cfg>(args, smem, tile, second.stage, kb + 1);
+        }
+        pipe = second;
+        pipe.advance();
+      }
+    }
+  } else {
+    while (scheduler.next(tile)) {
+      const bool wide = Cfg::kWideTiles && tile.wide;
+#pragma unroll 1
+      for (uint32_t kb = kb_begin; kb < kb_begin + Cfg::kKBlocksPerCta; ++kb) {
+        ptx::mbarrier_wait(&smem.empty_barriers[pipe.stage], pipe.phase ^ 1);
+        ptx::mbarrier_arrive_expect_tx(&smem.full_barriers[pipe.stage], wide ? 2 * Cfg::kBBytes : Cfg::kBBytes);
+        load_b_tile<Cfg>(args, smem, tile, pipe.stage, kb);
+        if (wide) load_b_tile<Cfg>(args, smem, tile, pipe.stage, kb, true);
+        pipe.advance();
+      }
+    }
+  }
+}
+
+/// The scale warp: per stage, the two SB values of the tile's (one or two) 128-column blocks and, when SA is K-major
+/// and gathered, the stage's column of row scales. Every lane arrives.
+template <class Cfg>
+FG_DEVICE void stage_scales(const GemmArgs& args, const GemmSmem& smem, typename Cfg::Scheduler& scheduler,
+                            uint32_t kb_begin, uint32_t lane_idx) {
+  PipelineState<Cfg::kNumStages> pipe;
+  Tile tile;
+  // 64- and 128-row kernels walk the candidates and skip those without work in this loop (see the math's walk).
+  bool has_work = true;
+  auto next_tile = [&](Tile& t) -> bool {
+    if constexpr (Cfg::BLOCK_M <= 128) return scheduler.next_candidate(t, has_work);
+    return scheduler.next(t);
+  };
+  while (next_tile(tile)) {
+    if (!has_work) continue;
+    const uint32_t n_start = tile.n_block * Cfg::BLOCK_N;
+    const uint32_t sb_block = n_start / 128;
+    // The second SB block: a tile straddling two, or a wide tile's second n-block.
+    const bool has_second =
+        (!Cfg::kUniformScaleB && sb_block + 1 < Cfg::kNumSbBlocks && n_start % 128 + Cfg::BLOCK_N > 128) ||
+        (Cfg::kWideTiles && tile.wide);
+    const float* sb_src = args.sb + (uint64_t(tile.group) * Cfg::kNumSbBlocks + sb_block) * Cfg::kNumKBlocks;
+    const uint32_t kb_end = kb_begin + Cfg::kKBlocksPerCta;
+    for (uint32_t kb_base = kb_begin; kb_base < kb_end; kb_base += 32) {
+      // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
+      const uint32_t my_kb = kb_base + lane_idx;
+      const bool mine = my_kb < kb_end;
+      const float sb_first = mine ? ptx::ld_global_f32(sb_src + my_kb) : 0.0f;
+      const float sb_second = has_second && mine ? ptx::ld_global_f32(sb_src + Cfg::kNumKBlocks + my_kb) : 0.0f;
+      const uint32_t num_kb = min_of(32u, kb_end - kb_base);
+      for (uint32_t i = 0; i < num_kb; ++i) {
+        const float s0 = __shfl_sync(0xffffffff, sb_first, i);
+        const float s1 = __shfl_sync(0xffffffff, sb_second, i);
+        ptx::mbarrier_wait(&smem.empty_barriers[pipe.stage], pipe.phase ^ 1);
+        if (lane_idx == 0) {
+          ptx::st_shared_f32(smem.sb + pipe.stage * 2, s0);
+          ptx::st_shared_f32(smem.sb + pipe.stage * 2 + 1, s1);
+        }
+        if constexpr (Cfg::kSaGather) {
+          // Copied asynchronously, completion tracked by the full barrier: the warp goes on to the next stage without
+          // waiting for these scattered loads (one round trip per stage measured up to 2x slower).
+          const uint32_t kb = kb_base + i;
+          float* sa_dst = smem.sa + pipe.stage * Cfg::kSaFloatsPerStage;
+          for (uint32_t r = lane_idx; r < Cfg::BLOCK_M; r += 32) {  // unrolled, ptxas spilled at BLOCK_M=256
+            const int32_t row = tile.row_base + int32_t(r);
+            const bool valid = row < args.num_a_rows;
+            ptx::cp_async_f32(sa_dst + r, args.sa_k_major + (valid ? row * args.ld_sa + kb : 0), valid);
+          }
+          ptx::mbarrier_arrive_on_cp_async_noinc(&smem.full_barriers[pipe.stage]);
+        }
+        ptx::mbarrier_arrive(&smem.full_barriers[pipe.stage]);
+        pipe.advance();
+      }
+    }
+  }
+}
+
+}  // namespace finegemm::device

@@ -1,0 +1,122 @@
+// Everything a GEMM kernel instance knows at compile time, derived once from its template parameters and shared by
+// its roles (producer, math, epilogue, split-K exchange).
+#pragma once
+
+#include "finegemm/device/common/gemm_layout.cuh"
+#include "finegemm/device/common/types.cuh"
+#include "finegemm/device/epilogue.cuh"
+#include "finegemm/device/scheduler.cuh"
+
+namespace finegemm::device {
+
+template <int kKind, uint32_t kN, uint32_t kK, uint32_t kBlockM, uint32_t kBlockN, uint32_t kStages, uint32_t kSa,
+          uint32_t kSplit, bool kWide>
+struct GemmTraits {
+  // ---- The template parameters --------------------------------------------------------------------------------
+  static constexpr GemmKind kGemmKind = static_cast<GemmKind>(kKind);
+  static constexpr uint32_t N = kN;
+  static constexpr uint32_t K = kK;
+  static constexpr uint32_t BLOCK_M = kBlockM;
+  static constexpr uint32_t BLOCK_N = kBlockN;
+  static constexpr uint32_t kNumStages = kStages;
+  static constexpr uint32_t kSaMode = kSa;
+  /// 2: both CTAs of a cluster compute the same tile, each over half of the K blocks; the second sends its fp32
+  /// partial sums to the first through distributed shared memory, and the first stores the tile.
+  static constexpr uint32_t kSplitK = kSplit;
+  static constexpr uint32_t kClusterSize = kSplit;
+  /// Dense 256x128 kernels that run a last row block of at most 128 rows as wide tiles (TileScheduler's kWideTail).
+  static constexpr bool kWideTail = kWide;
+
+  // ---- Geometry -----------------------------------------------------------------------------------------------
+  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode>;
+  using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N>;
+  static constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;
+  static constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
+  static constexpr uint32_t kKBlocksPerCta = kNumKBlocks / kSplitK;
+  static constexpr uint32_t kNumNBlocks = ceil_div(N, BLOCK_N);
+  static constexpr uint32_t kNumSbBlocks = ceil_div(N, 128u);
+  static constexpr uint32_t kNumMathWarpgroups = Layout::kNumMathWarpgroups;
+  static constexpr uint32_t kNumWaves = Layout::kNumWaves;
+  static constexpr uint32_t kWaveRows = Layout::kWaveRows;
+  static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
+  static constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
+  static constexpr uint32_t kMathRegisters = gemm_math_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
+  static constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
+
+  // ---- Scales -------------------------------------------------------------------------------------------------
+  /// SA by TMA (MN-major, or K-major in boxes 4 K blocks wide) or gathered by the scale warp (K-major, other strides).
+  static constexpr bool kSaGather = kSaMode == kSaKMajorGather;
+  static constexpr uint32_t kSaRowFloats = Layout::kSaRowFloats;
+  static constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
+  /// A tile never straddles two 128-column SB blocks.
+  static constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;
+  /// Columns of one scale granule: a straddling tile splits at n_start % 128, a multiple of gcd(BLOCK_N, 128).
+  static constexpr uint32_t kLowestBit = BLOCK_N & (~BLOCK_N + 1);
+  static constexpr uint32_t kScaleGranule = kUniformScaleB ? BLOCK_N : kLowestBit < 128 ? kLowestBit : 128;
+  static constexpr uint32_t kNumScaleGranules = BLOCK_N / kScaleGranule;
+  /// Copies of the K loop, one per split point of a tile straddling two SB blocks (BLOCK_N / gcd(BLOCK_N, 128) of
+  /// them): 5 covers BLOCK_N 48, 80, 96, 160 and 192; BLOCK_N 112 and 144 select the scale per granule at run time.
+  static constexpr uint32_t kMaxScaleVariants = 5;
+
+  // ---- Stages and their handshakes ----------------------------------------------------------------------------
+  /// A stage's bytes from A's issuer: A's tile and, by TMA, SA's.
+  static constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4);
+  static constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
+  /// Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box; dense: the wide tail's).
+  static constexpr bool kAHalfBox = gemm_has_a_half_box(kGrouped, BLOCK_M, kWideTail);
+  /// Arrivals that fill a stage: A's and B's TMA issuers (each announces its own bytes with arrive.expect_tx) and the
+  /// scale warp's 32 lanes; with gathered SA, each lane's cp.asyncs of the stage's row scales arrive once more.
+  static constexpr uint32_t kFullArrivals = 2 + 32 + (kSaGather ? 32 : 0);
+  /// Whether every math thread reads SB itself (a broadcast load before its turn): dense kernels and contiguous ones
+  /// with whole batches (read by lane 0 after the issue and shuffled, those loads sat in the chain from one batch to
+  /// the next: 2% slower at 256x128 on an H100); masked kernels only with two waves (at 128x160 the broadcast measured
+  /// 1.4% slower, at 256x128 it keeps the K loop the dense one's). Half batches (128x192) of grouped kernels keep lane
+  /// 0's load: the broadcast made contiguous K=2048 0.3-2.8% slower.
+  static constexpr bool kEveryThreadReadsSb =
+      (gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1 || kGemmKind == GemmKind::kNormal) &&
+      (kGemmKind != GemmKind::kGroupedMasked || kNumWaves == 2);
+  /// A stage is released by every thread that read it with ordinary loads, so that each read happens before the
+  /// scale warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot
+  /// see it): gathered SA and a broadcast SB are read by every math thread; otherwise one arrive per warp. A and B are
+  /// read by the async proxy (wgmma).
+  static constexpr uint32_t kEmptyArrivals = kSaGather || kEveryThreadReadsSb ? kNumMathThreads : kNumMathWarps;
+
+  // ---- Tile walk ----------------------------------------------------------------------------------------------
+  using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kWideTail>;
+  /// Contiguous 256-row kernels run a half (at most 128 rows) as a wide tile over two n-blocks (Tile::wide): A
+  /// through the 128-row box into the first half of the A stage, the second n-block's B into the other half. Its wave
+  /// 1 is the same rows times that B, with the second SB block's scale, stored 128 columns to the right. Dense 256x128
+  /// kernels with kWideTail run a last row block of at most 128 rows so.
+  static constexpr bool kWideTiles = Scheduler::kWideTiles;
+  static constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
+  /// B's issuer may fill two stages per empty wait (GemmArgs::b_pairs, set on the host where the call streams B):
+  /// dense kernels without split-K with BLOCK_M <= 128 and BLOCK_N >= 64 (the 256-row kernels, picked for many
+  /// tiles, keep their code).
+  static constexpr bool kBPairs = kGemmKind == GemmKind::kNormal && kSplitK == 1 && BLOCK_M <= 128 && BLOCK_N >= 64;
+
+  // ---- The math warpgroups' K loop ----------------------------------------------------------------------------
+  /// Two ways to keep the tensor pipe busy while a warpgroup promotes:
+  /// - kKDepth > 1: a warpgroup issues kKDepth K blocks into separate accumulators, then promotes each as it
+  ///   completes while the later ones run;
+  /// - kKDepth == 1 with two math warpgroups: they take turns issuing their K block's wgmmas (a named-barrier token
+  ///   passed right after each issue), so the tensor pipe runs one warpgroup's batch while the other promotes.
+  static constexpr uint32_t kKDepth = gemm_k_depth(BLOCK_M, BLOCK_N);
+  static constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1;
+  /// With turns, a K block's wgmmas as kBatchParts commit groups of kPartN columns (gemm_batch_parts).
+  static constexpr uint32_t kBatchParts = kPingPong ? gemm_batch_parts(BLOCK_N, kKBlocksPerCta) : 1;
+  static constexpr uint32_t kPartN = BLOCK_N / kBatchParts;
+  /// Kernels whose math threads all read SB, and half batches, read the scales before the turn, so that the
+  /// promotion is ready to run once the wgmmas complete (with half batches, ptxas otherwise scheduled the loads after
+  /// the second half's wait).
+  static constexpr bool kScalesBeforeTurn = kEveryThreadReadsSb || kBatchParts == 2;
+  /// With one accumulator (kKDepth == 1), a tile's first K block sets the running accumulators instead of a zeroing
+  /// pass before it. Not with a single K block (K <= 128): set directly from the in-flight accumulator, ptxas may
+  /// give them its registers and then waits for the wgmmas.
+  static constexpr bool kAssignFirst = kKDepth == 1 && kKBlocksPerCta > 1;
+  /// A thread's sums as float4 chunks (split-K's exchange): chunk c holds elements c * 4 .. c * 4 + 3 of its waves in
+  /// order.
+  static constexpr uint32_t kChunksPerWave = BLOCK_N / 8;
+  static constexpr uint32_t kNumAccumChunks = kNumWaves * kChunksPerWave;
+};
+
+}  // namespace finegemm::device
