@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${FINEGEMM_BUILD_DIR:-build}
 export PATH="$PATH:/usr/local/cuda/bin"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFINEGEMM_BUILD_TESTS=OFF > /dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target finegemm_cli > /dev/null
+# The build directory and configuration of scripts/build.sh; only the CLI is built here.
+scripts/build.sh --target finegemm_cli > /dev/null
 exec "$BUILD/finegemm" bench "$@"
