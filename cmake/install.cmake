@@ -23,6 +23,8 @@ if(TARGET finegemm_cli)
   set_property(TARGET finegemm_cli APPEND PROPERTY INSTALL_RPATH "$ORIGIN/${_fg_bin_to_lib}")
   set_target_properties(finegemm_cli PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
   install(TARGETS finegemm_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  # The CLI's default shape lists (bench, warmup and plan without --shapes), found from bin/ as share/finegemm/data.
+  install(DIRECTORY data/shapes DESTINATION ${CMAKE_INSTALL_DATADIR}/finegemm/data)
 endif()
 
 # The package: the imported target finegemm::finegemm. libfinegemm is a shared library whose dependencies (NVRTC,

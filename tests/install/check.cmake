@@ -85,6 +85,13 @@ if(WITH_CLI)
   run(output "${prefix}/${BINDIR}/finegemm" --help)
   expect_match("${output}" "usage: finegemm" "finegemm --help")
   expect_loads_from_prefix("${prefix}/${BINDIR}/finegemm")
+  # Its default shape list comes from the prefix (run from a directory that holds none): the seed shapes' plan.
+  execute_process(COMMAND "${prefix}/${BINDIR}/finegemm" plan WORKING_DIRECTORY "${WORK_DIR}" RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "install check: `finegemm plan` from the prefix failed (exit ${rc}):\n${output}")
+  endif()
+  expect_match("${output}" "masked +4 +256 +7168 +2048 [|] BM=" "finegemm plan over the installed seed shapes")
 else()
   message(STATUS "install check: the CLI is not built (FINEGEMM_BUILD_CLI=OFF): not checked")
 endif()
