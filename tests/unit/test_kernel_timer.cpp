@@ -11,7 +11,7 @@ namespace ft = finegemm::tools;
 
 namespace {
 
-constexpr uint64_t kFirst = 7ull << 32;  // a session's first external id
+constexpr uint64_t kFirst = 7ull << 32;  // a recording's first external id
 
 ft::KernelRecord kernel(uint32_t correlation_id, uint64_t start_ns, uint64_t end_ns, const char* name = "gemm") {
   return {correlation_id, start_ns, end_ns, name};
@@ -45,10 +45,10 @@ TEST(KernelTimer, KernelsOfOneCallAreSummed) {
 
 TEST(KernelTimer, KernelsOutsideTheCallsDoNotCount) {
   // The L2 flush (or any kernel launched outside a pushed region) has a correlation id no external record names;
-  // records of another session (other external ids) are ignored too.
+  // records of another recording (other external ids) are ignored too.
   const std::vector<ft::KernelRecord> kernels = {kernel(1, 100, 900000, "flush"), kernel(2, 1000000, 1010000),
                                                  kernel(3, 2000000, 2900000, "flush"), kernel(4, 3000000, 3010000),
-                                                 kernel(5, 4000000, 4500000, "old session")};
+                                                 kernel(5, 4000000, 4500000, "earlier recording")};
   const std::vector<ft::CorrelationRecord> correlations = {{2, kFirst}, {4, kFirst + 1}, {5, kFirst - (1ull << 32)}};
   const ft::CallKernelTimes t = ft::assign_kernels_to_calls(kernels, correlations, kFirst, 2);
   EXPECT_DOUBLE_EQ(t.us[0], 10.0);

@@ -1,5 +1,5 @@
 // The vendor baseline: cuBLASLt block-scaled FP8 GEMM on sm_90 (cuBLAS >= 12.9), computing the same product as
-// finegemm's normal GEMM (DESIGN.md section 1):
+// finegemm's normal GEMM:
 //
 //   D[m, n] (bf16, [M, N] row-major) = sum_kb SA[m, kb] * SB[n / 128, kb] * sum_{k in block kb} A[m, k] * B[n, k]
 //
@@ -56,7 +56,7 @@ std::vector<float> sa_kmajor_to_cublaslt(const float* sa_kmajor, int64_t m, int6
 class CublasLtBlockFp8 {
  public:
   /// a:  fp8 e4m3 [M, K] row-major (device).
-  /// sa: fp32 activation scales, [KB][M] (element (m, kb) at kb * M + m), device, 16-byte aligned. This is DESIGN.md's
+  /// sa: fp32 activation scales, [KB][M] (element (m, kb) at kb * M + m), device, 16-byte aligned. This is finegemm's
   ///     "MN-major TMA-aligned" SA layout whenever M % 4 == 0 (M_pad == M), the only case cuBLASLt accepts.
   /// b:  fp8 e4m3 [N, K] row-major (device).
   /// sb: fp32 weight scales, [NB][KB] row-major (device; 16-byte aligned when KB % 4 == 0).

@@ -106,7 +106,7 @@ class CuptiState {
   // The one-recording-at-a-time rule.
   bool try_begin_recording() { return !recording_.exchange(true); }
   void end_recording() { recording_.store(false); }
-  uint64_t next_session() { return next_session_.fetch_add(1); }
+  uint64_t next_recording() { return next_recording_.fetch_add(1); }
 
   void clear_records() {
     std::lock_guard<std::mutex> lock(records_mu_);
@@ -156,7 +156,7 @@ class CuptiState {
   void* handle_ = nullptr;
   CuptiApi api_;
   std::atomic<bool> recording_{false};
-  std::atomic<uint64_t> next_session_{1};
+  std::atomic<uint64_t> next_recording_{1};
   std::mutex records_mu_;
   std::vector<KernelRecord> kernels_;
   std::vector<CorrelationRecord> correlations_;
@@ -283,8 +283,8 @@ KernelRecording::KernelRecording(int num_calls) : num_calls_(num_calls) {
   std::string why;
   if (!st.available(&why)) throw std::runtime_error("KernelRecording: CUPTI is not available: " + why);
   if (!st.try_begin_recording()) throw std::logic_error("KernelRecording: another recording is active");
-  // External ids of this recording: session << 32 | call, never reused in the process.
-  first_id_ = st.next_session() << 32;
+  // External ids of this recording: recording << 32 | call, never reused in the process.
+  first_id_ = st.next_recording() << 32;
   st.clear_records();
   if (const std::string e = st.enable_all(); !e.empty()) {
     st.end_recording();

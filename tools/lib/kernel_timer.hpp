@@ -1,8 +1,8 @@
-// Kernel time from CUPTI activity records, measured the way the anchors were (the torch profiler reads the same
-// records): the GPU start/end timestamps of each kernel, without the launch gap that CUDA events around a call add.
+// Kernel time from CUPTI activity records, as the torch profiler measures it (it reads the same records): the GPU
+// start/end timestamps of each kernel, without the launch gap that CUDA events around a call add.
 //
 // Which kernels belong to which timed call: external correlation ids. Before enqueuing call i the host pushes the id
-// (session << 32 | i) with cuptiActivityPushExternalCorrelationId and pops it right after; CUPTI then precedes the
+// (recording << 32 | i) with cuptiActivityPushExternalCorrelationId and pops it right after; CUPTI then precedes the
 // record of every runtime and driver API call made inside, on that thread, with an EXTERNAL_CORRELATION record
 // (external id -> CUPTI correlation id), and each kernel record carries the correlation id of the API call that
 // launched it. So a kernel counts for call i exactly when it was launched from inside call i's enqueue function, by
@@ -55,7 +55,7 @@ struct CallKernelTimes {
 };
 
 /// Groups kernel records by timed call through the external correlation records. Correlation records whose external
-/// id lies outside [first_external_id, first_external_id + num_calls) are ignored (other sessions, other tools).
+/// id lies outside [first_external_id, first_external_id + num_calls) are ignored (other recordings, other tools).
 /// Requires num_calls >= 0.
 inline CallKernelTimes assign_kernels_to_calls(const std::vector<KernelRecord>& kernels,
                                                const std::vector<CorrelationRecord>& correlations,

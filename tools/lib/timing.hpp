@@ -1,4 +1,4 @@
-// Kernel timing for the finegemm bench and GPU tests (DESIGN.md section 5).
+// Kernel timing for the finegemm bench and GPU tests.
 //
 // Event time: CUDA events recorded around each call, all enqueued back to back with no host synchronization inside
 // the loop, the L2 flushed before each timed call *outside* its event pair, median of the samples. To keep host
@@ -6,7 +6,7 @@
 // stream until the host has finished enqueuing everything); the GPU then runs the whole queue back to back.
 // Event time still includes the GPU-side gap between the start event and the kernel (about 3 us on an H100).
 // Kernel time (TimeSource::kCuptiKernels): the same loop, with CUPTI activity records of the kernels each call
-// launched (lib/kernel_timer.hpp); this is what the torch profiler, and so the anchors, measure.
+// launched (lib/kernel_timer.hpp); this is what the torch profiler measures.
 // Host overhead is measured separately (host_overhead_us).
 #pragma once
 
@@ -22,12 +22,10 @@ namespace finegemm::tools {
 
 /// How L2Flusher evicts the L2.
 enum class FlushMode {
-  /// Writes the buffer (cudaMemsetAsync), as the anchors' measurements did: the L2 is then full of dirty lines, which
-  /// the timed kernel writes back to memory as its own reads evict them.
+  /// Writes the buffer (cudaMemsetAsync), as DeepGEMM's benchmark does: the L2 is then full of dirty lines, which the
+  /// timed kernel writes back to memory as its own reads evict them.
   kMemset,
-  /// Reads it (l2_read_flush_kernel, loads hinted evict-first; until session 32 a one-row finegemm GEMM over a
-  /// 16384 x 16384 fp8 weight, which FINEGEMM_FORCE_CONFIG and FINEGEMM_JIT_DEFINES changed too): the L2 then holds
-  /// clean lines only.
+  /// Reads it (l2_read_flush_kernel, loads hinted evict-first): the L2 then holds clean lines only.
   kRead,
 };
 
