@@ -23,7 +23,6 @@
 #include "lib/cublaslt_baseline.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
-#include "lib/power.hpp"
 #include "lib/shapes.hpp"
 #include "lib/timing.hpp"
 #include "stress.hpp"
@@ -72,8 +71,7 @@ int usage() {
   std::puts(
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k]\n"
-      "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--power SECONDS]\n"
-      "          [--ceiling]\n"
+      "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--ceiling]\n"
       "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
       "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes;\n"
       "          --ceiling: also each shape's hardware floor (its bytes moved alone, its wgmmas issued alone)\n"
@@ -208,24 +206,6 @@ int cmd_bench(const Args& args) {
     std::fprintf(stderr, "finegemm bench: --data is normal or uniform, got '%s'\n", data.c_str());
     return 2;
   }
-  // --power S: after each row, both libraries' calls replayed back to back for S seconds each (a server's steady
-  // load, no flush), with the card's power (NVML), energy per call and SM clock.
-  double power_seconds = 0;
-  if (args.has("power")) {
-    const std::string v = args.get("power");
-    char* end = nullptr;
-    power_seconds = std::strtod(v.c_str(), &end);
-    if (end == v.c_str() || *end != '\0' || !(power_seconds > 0 && power_seconds <= 600)) {
-      std::fprintf(stderr, "finegemm bench: --power takes seconds per sustained run, 0 < S <= 600, got '%s'\n",
-                   v.c_str());
-      return 2;
-    }
-  }
-  std::unique_ptr<ft::PowerMeter> meter;
-  if (power_seconds > 0) {
-    meter = std::make_unique<ft::PowerMeter>(0);
-    if (!meter->available()) std::printf("power: NVML unavailable (%s): sustained times only\n", meter->why().c_str());
-  }
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -275,8 +255,8 @@ int cmd_bench(const Args& args) {
               "x DG", "check");
   double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
   int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
-  double log_sustained = 0, log_deepgemm = 0;
-  int n_sustained = 0, n_deepgemm = 0, behind_deepgemm = 0;
+  double log_deepgemm = 0;
+  int n_deepgemm = 0, behind_deepgemm = 0;
   std::unique_ptr<ft::CeilingKernels> ceiling_kernels;
   if (with_ceiling) ceiling_kernels = std::make_unique<ft::CeilingKernels>();
   CeilingSummary ceiling_summary;
@@ -298,12 +278,6 @@ int cmd_bench(const Args& args) {
     const double tflops = problem.flops() / (t.median_us * 1e-6) / 1e12;
     const double gbps = problem.min_bytes() / (t.median_us * 1e-6) / 1e9;
     double cublas_us = 0, cublas_tflops = 0;
-    // Sustained runs (--power) come after both flushed timings, ours first.
-    ft::SustainedRun ours_sustained, cublas_sustained;
-    auto sustain_ours = [&] {
-      ours_sustained = ft::run_sustained([&](cudaStream_t st) { problem.run(k_major, st); }, stream, t.median_us,
-                                         power_seconds, *meter);
-    };
     if (s.kind == fg::GemmKind::kNormal && s.m % 4 == 0) {
       ft::DeviceBuffer d2(size_t(s.m * s.n * 2));
       ft::CublasLtBlockFp8 lt(s.m, s.n, s.k, problem.a.get(), problem.sa_mn_major.as<float>(), problem.b.get(),
@@ -315,14 +289,8 @@ int cmd_bench(const Args& args) {
             ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, flush_l2, &flusher, time_source);
         cublas_us = tl.median_us;
         cublas_tflops = problem.flops() / (cublas_us * 1e-6) / 1e12;
-        if (power_seconds > 0) {
-          sustain_ours();
-          cublas_sustained = ft::run_sustained([&](cudaStream_t st) { lt.run(st); }, stream, cublas_us, power_seconds,
-                                               *meter);
-        }
       }
     }
-    if (power_seconds > 0 && ours_sustained.calls == 0) sustain_ours();
     const double best = anchors.best_tflops(s);
     const double x_cublas = cublas_tflops > 0 ? tflops / cublas_tflops : 0;
     const double x_best = best > 0 ? tflops / best : 0;
@@ -352,26 +320,6 @@ int cmd_bench(const Args& args) {
         t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops, x_cublas, x_best,
         x_deepgemm, verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
-    if (power_seconds > 0) {
-      auto describe = [&](const char* who, const ft::SustainedRun& r) {
-        std::printf("%s %.1f us %.0f TFLOPS %.0f W %.1f mJ %d MHz (%s)", who, r.us_per_call,
-                    problem.flops() / (r.us_per_call * 1e-6) / 1e12, r.watts, r.mj_per_call, r.sm_clock_mhz,
-                    ft::describe_clock_event_reasons(r.clock_event_reasons).c_str());
-      };
-      std::printf("  sustained %.1f s each (graph replays, no flush): ", power_seconds);
-      describe("finegemm", ours_sustained);
-      if (cublas_sustained.calls > 0) {
-        std::printf(" | ");
-        describe("cuBLASLt", cublas_sustained);
-        const double time_ratio = cublas_sustained.us_per_call / ours_sustained.us_per_call;
-        std::printf(" | x cuBLT time %.3f", time_ratio);
-        if (ours_sustained.mj_per_call > 0)
-          std::printf(" energy %.3f", cublas_sustained.mj_per_call / ours_sustained.mj_per_call);
-        log_sustained += std::log(time_ratio);
-        ++n_sustained;
-      }
-      std::printf("\n");
-    }
     if (with_ceiling) {
       const ft::Ceiling c = ceiling_kernels->measure(problem, stream, iters, flush_l2, &flusher, time_source);
       ceiling_summary.add(s, c, problem.flops(), t.median_us, cublas_us, best, copy_gbps);
@@ -383,9 +331,6 @@ int cmd_bench(const Args& args) {
   if (n_deepgemm > 0)
     std::printf("geomean x DeepGEMM (measured on the anchors' H100): %.3f over %d shapes, %d of them below 1\n",
                 std::exp(log_deepgemm / n_deepgemm), n_deepgemm, behind_deepgemm);
-  if (n_sustained > 0)
-    std::printf("geomean x cuBLASLt, sustained: %.3f over %d shapes\n", std::exp(log_sustained / n_sustained),
-                n_sustained);
   std::printf("geomean x best anchor: %.3f over %d shapes (dense %.3f over %d)\n", n_best ? std::exp(log_best / n_best) : 0.0,
               n_best, n_best_normal ? std::exp(log_best_normal / n_best_normal) : 0.0, n_best_normal);
   if (with_ceiling) ceiling_summary.print(flush);

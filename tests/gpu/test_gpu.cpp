@@ -21,7 +21,6 @@
 #include "gpu/gpu_test.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
-#include "lib/power.hpp"
 #include "lib/shapes.hpp"
 #include "lib/timing.hpp"
 
@@ -404,29 +403,6 @@ TEST_F(Gpu, ReadFlushLeavesNoWritebackForTheTimedCall) {
   const double t_memset = time(memset_flush), t_read = time(read_flush);
   std::printf("[flush] 64x7168x2048 after a 256 MiB memset: %.1f us; after a 256 MiB read: %.1f us\n", t_memset, t_read);
   EXPECT_LT(t_read, t_memset);
-}
-
-TEST_F(Gpu, SustainedRunReplaysCapturedCallsAndReadsTheEnergyCounter) {
-  // The bench's --power: the call captured into a graph and replayed; the result must still be right afterwards.
-  ft::GemmProblem p(shape(GemmKind::kNormal, 1, 256, 2112, 7168), ft::ProblemOptions{});
-  const ft::Verdict before = run_and_check(p, false);
-  ASSERT_TRUE(before.ok) << before.summary;
-  ft::PowerMeter meter(0);
-  const ft::SustainedRun r = ft::run_sustained([&](cudaStream_t s) { p.run(false, s); }, stream_, 20.0, 0.3, meter);
-  std::printf("[sustained] 256x2112x7168: %d calls, %.1f us per call, %.0f W, %.2f mJ per call, %d MHz (%s); NVML %s\n",
-              r.calls, r.us_per_call, r.watts, r.mj_per_call, r.sm_clock_mhz,
-              ft::describe_clock_event_reasons(r.clock_event_reasons).c_str(),
-              meter.available() ? "available" : meter.why().c_str());
-  EXPECT_GE(r.calls, 1000);
-  EXPECT_GT(r.us_per_call, 1.0);
-  EXPECT_LT(r.us_per_call, 1000.0);
-  if (meter.available()) {
-    EXPECT_GT(r.watts, 50.0);
-    EXPECT_LT(r.watts, 2000.0);
-    EXPECT_GT(r.sm_clock_mhz, 0);
-  }
-  const ft::Verdict after = ft::check_output(p, ft::gpu_reference(p), p.download_output());
-  EXPECT_TRUE(after.ok) << after.summary;
 }
 
 TEST_F(Gpu, DeviceSideBadDataIsSkippedAndFlagged) {
