@@ -72,7 +72,8 @@ int usage() {
       "usage: finegemm <command> [options]\n"
       "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k]\n"
       "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--ceiling]\n"
-      "          time finegemm and cuBLASLt block-scaled FP8 on a shape list (default: DeepSeek-V3 shapes);\n"
+      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
+      "          shape list (default: DeepSeek-V3 shapes); x cuBLT = cuBLASLt's time over finegemm's;\n"
       "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes;\n"
       "          --ceiling: also each shape's hardware floor (its bytes moved alone, its wgmmas issued alone)\n"
       "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
@@ -111,12 +112,11 @@ const char* kind_name(fg::GemmKind k) {
 
 // ---- bench ---------------------------------------------------------------------------------------------------------
 
-/// `bench --ceiling`: one line per shape under its row, then what the issues' targets would read if every call ran
-/// at its floor.
+/// `bench --ceiling`: one line per shape under its row, then the run's ratios if every call ran at its floor.
 class CeilingSummary {
  public:
   void add(const ft::ProblemShape& s, const ft::Ceiling& c, double flops, double ours_us, double cublas_us,
-           double best_tflops, double copy_gbps) {
+           double copy_gbps) {
     const double floor_tflops = flops / (c.us() * 1e-6) / 1e12;
     const double stream_gbps = (c.read_bytes + c.write_bytes) / (c.stream_us * 1e-6) / 1e9;
     std::printf("  ceiling: bytes %.1f MB read + %.1f MB written in %.1f us (%.0f GB/s, %.0f%% of copy; %s) | "
@@ -129,13 +129,6 @@ class CeilingSummary {
     if (cublas_us > 0) {
       std::printf(" | x cuBLT at the floor %.2f", cublas_us / c.us());
       if (dense) log_cublas_ += std::log(cublas_us / c.us()), ++n_cublas_;
-    }
-    if (best_tflops > 0) {
-      const double x_best = floor_tflops / best_tflops;
-      std::printf(" | x best at the floor %.2f", x_best);
-      ++n_best_;
-      below_best_ += x_best < 1.0;
-      if (dense) log_best_ += std::log(x_best), ++n_best_dense_;
     }
     if (dense && s.m <= 128) {
       ++n_small_;
@@ -150,18 +143,14 @@ class CeilingSummary {
     if (n_cublas_ > 0)
       std::printf("  dense geomean x cuBLASLt at the floor: %.3f over %d shapes\n", std::exp(log_cublas_ / n_cublas_),
                   n_cublas_);
-    if (n_best_dense_ > 0)
-      std::printf("  dense geomean x best anchor at the floor: %.3f over %d shapes\n",
-                  std::exp(log_best_ / n_best_dense_), n_best_dense_);
-    if (n_best_ > 0) std::printf("  shapes whose floor is below the best anchor: %d of %d\n", below_best_, n_best_);
     if (n_small_ > 0)
       std::printf("  dense M <= 128 shapes whose bytes alone move below 85%% of the copy bandwidth: %d of %d\n",
                   below_85_, n_small_);
   }
 
  private:
-  double log_cublas_ = 0, log_best_ = 0;
-  int n_cublas_ = 0, n_best_ = 0, n_best_dense_ = 0, below_best_ = 0, n_small_ = 0, below_85_ = 0;
+  double log_cublas_ = 0;
+  int n_cublas_ = 0, n_small_ = 0, below_85_ = 0;
 };
 
 int cmd_bench(const Args& args) {
@@ -176,9 +165,6 @@ int cmd_bench(const Args& args) {
                shapes.end());
   const bool k_major = args.get("sa", "mn") == "k";
   const std::vector<ft::UnsupportedShape> skipped = ft::remove_unsupported(shapes, k_major);
-  ft::Anchors anchors;
-  anchors.load_normal(ft::find_data_file("data/anchors/h100_normal.csv"));
-  anchors.load_grouped(ft::find_data_file("data/anchors/h100_grouped.csv"));
   const int iters = int(args.get_int("iters", 30));
   // --ceiling: after each row, the shape's floor (tools/lib/ceiling.hpp) and what each library's time is of it.
   const bool with_ceiling = args.has("ceiling");
@@ -189,8 +175,7 @@ int cmd_bench(const Args& args) {
     std::fprintf(stderr, "finegemm bench: --flush is memset, read or none, got '%s'\n", flush.c_str());
     return 2;
   }
-  // none: no flush between calls, so operands, kernel code and parameters may still be in the L2 (a warm-cache time,
-  // for comparison with the flushed ones; not the anchors' method).
+  // none: no flush between calls, so operands, kernel code and parameters may still be in the L2 (a warm-cache time).
   const bool flush_l2 = flush != "none";
   ft::L2Flusher flusher(256ull << 20, flush == "read" ? ft::FlushMode::kRead : ft::FlushMode::kMemset);
   // Contiguous rows per expert: drawn at random around M (a router's spread, the default) or exactly M each.
@@ -200,7 +185,7 @@ int cmd_bench(const Args& args) {
     return 2;
   }
   // Operand data: quantized normals (a model's operands, as DeepGEMM's tests draw them) or uniform fp8 codes,
-  // which flip more bits per product: the power-capped large shapes then run at a lower clock (docs/performance.md).
+  // which flip more bits per product: where the card runs at its power cap, its clock is then lower.
   const std::string data = args.get("data", "normal");
   if (data != "normal" && data != "uniform") {
     std::fprintf(stderr, "finegemm bench: --data is normal or uniform, got '%s'\n", data.c_str());
@@ -209,33 +194,21 @@ int cmd_bench(const Args& args) {
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("finegemm %s bench on %s (%d SMs), copy bandwidth %.0f GB/s, SA %s, %d iterations, L2 %s\n",
-              fg::version(), prop.name, fg::get_num_sms(), copy_gbps, k_major ? "K-major" : "MN-major", iters,
-              flush == "read"
-                  ? "flushed (read: a 256 MiB read leaves clean lines; the anchors were measured after a memset)"
-              : flush == "none" ? "not flushed between calls (--flush none: a warm L2, not the anchors' method)"
-                                : "flushed (256 MiB memset, as the anchors: its dirty lines are written back during "
-                                  "each timed kernel)");
-  std::printf("rows per expert (contiguous layout): %s\n",
-              experts == "equal" ? "equal, M each" : "random, 0.5x..1.5x of M (a router's spread)");
-  std::printf("operands: %s\n", data == "normal"
-                                     ? "normal values quantized per token (A) and per 128x128 block (B), as a model's "
-                                       "and DeepGEMM's tests' (--data uniform: uniform fp8 codes, more power)"
-                                     : "uniform fp8 codes with log-uniform scales 2^-10..2^10 (more bit flips, more "
-                                       "power than a model's operands)");
-  // The anchors are kernel times from the torch profiler (CUPTI records): compare like with like when CUPTI loads.
   std::string no_cupti_why;
   const bool kernel_time = ft::kernel_timer_available(&no_cupti_why);
   const ft::TimeSource time_source = kernel_time ? ft::TimeSource::kCuptiKernels : ft::TimeSource::kEvents;
-  if (kernel_time) {
-    std::printf("timer: us = kernel time from CUPTI activity records, as the anchors (sum of each call's kernels, "
-                "median); ev us = CUDA events around each call; %s\n",
-                ft::kernel_timer_description().c_str());
-  } else {
-    std::printf("timer: WARNING: us = CUDA events (CUPTI unavailable: %s): EVENT time, NOT kernel time, a few us "
-                "above it (launch gap), so x best is understated against the kernel-time anchors; ev us = us\n",
-                no_cupti_why.c_str());
-  }
+  const std::string timer = kernel_time ? "CUPTI kernel time (each call's kernels summed; ev us: CUDA events)"
+                                        : "CUDA events around each call (CUPTI unavailable: " + no_cupti_why + ")";
+  const char* flush_text = flush == "read"   ? "256 MiB read before each timed call (clean lines)"
+                           : flush == "none" ? "none (a warm L2)"
+                                             : "256 MiB memset before each timed call";
+  std::printf("finegemm %s bench on %s (%d SMs); timer: %s, median of %d calls; L2 flush: %s\n", fg::version(),
+              prop.name, fg::get_num_sms(), timer.c_str(), iters, flush_text);
+  std::printf("copy bandwidth %.0f GB/s; SA %s; operands: %s; rows per expert (contiguous): %s\n", copy_gbps,
+              k_major ? "K-major" : "MN-major",
+              data == "normal" ? "normal values quantized per token (A) and per 128x128 block (B)"
+                               : "uniform fp8 codes, scales 2^-10..2^10",
+              experts == "equal" ? "M each" : "random, 0.5x..1.5x of M");
 
   for (const ft::UnsupportedShape& u : skipped)
     std::printf("skipped %s %d %lld %lld %lld: %s\n", kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
@@ -250,13 +223,10 @@ int cmd_bench(const Args& args) {
     std::printf("compiled %d kernels in %.1f s (%u threads)\n", n, sec, std::thread::hardware_concurrency());
   }
 
-  std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s %7s %7s | %s\n", "kind", "G", "M",
-              "N", "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "x best",
-              "x DG", "check");
-  double log_cublas = 0, log_best = 0, log_best_normal = 0, log_cublas_normal = 0;
-  int n_cublas = 0, n_best = 0, n_best_normal = 0, n_cublas_normal = 0, failures = 0;
-  double log_deepgemm = 0;
-  int n_deepgemm = 0, behind_deepgemm = 0;
+  std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s | %s\n", "kind", "G", "M", "N",
+              "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "check");
+  double log_cublas = 0, log_cublas_normal = 0;
+  int n_cublas = 0, n_cublas_normal = 0, failures = 0;
   std::unique_ptr<ft::CeilingKernels> ceiling_kernels;
   if (with_ceiling) ceiling_kernels = std::make_unique<ft::CeilingKernels>();
   CeilingSummary ceiling_summary;
@@ -291,48 +261,27 @@ int cmd_bench(const Args& args) {
         cublas_tflops = problem.flops() / (cublas_us * 1e-6) / 1e12;
       }
     }
-    const double best = anchors.best_tflops(s);
     const double x_cublas = cublas_tflops > 0 ? tflops / cublas_tflops : 0;
-    const double x_best = best > 0 ? tflops / best : 0;
-    // DeepGEMM measured on the anchors' H100 (x DG): the figure finegemm must beat on every shape.
-    const double deepgemm = anchors.deepgemm_h100_tflops(s);
-    const double x_deepgemm = deepgemm > 0 ? tflops / deepgemm : 0;
-    if (x_deepgemm > 0) {
-      log_deepgemm += std::log(x_deepgemm);
-      ++n_deepgemm;
-      behind_deepgemm += x_deepgemm < 1.0;
-    }
     if (x_cublas > 0) {
       log_cublas += std::log(x_cublas);
       ++n_cublas;
       if (s.kind == fg::GemmKind::kNormal) log_cublas_normal += std::log(x_cublas), ++n_cublas_normal;
     }
-    if (x_best > 0) {
-      log_best += std::log(x_best);
-      ++n_best;
-      if (s.kind == fg::GemmKind::kNormal) log_best_normal += std::log(x_best), ++n_best_normal;
-    }
     const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
-    std::printf(
-        "%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f %7.2f %7.2f | "
-        "%s\n",
-        kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(), t.median_us,
-        t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops, x_cublas, x_best,
-        x_deepgemm, verdict.ok ? "ok" : "FAIL");
+    std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f | %s\n",
+                kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
+                t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
+                x_cublas, verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
     if (with_ceiling) {
       const ft::Ceiling c = ceiling_kernels->measure(problem, stream, iters, flush_l2, &flusher, time_source);
-      ceiling_summary.add(s, c, problem.flops(), t.median_us, cublas_us, best, copy_gbps);
+      ceiling_summary.add(s, c, problem.flops(), t.median_us, cublas_us, copy_gbps);
     }
     std::fflush(stdout);
   }
-  std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n", n_cublas ? std::exp(log_cublas / n_cublas) : 0.0,
-              n_cublas, n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
-  if (n_deepgemm > 0)
-    std::printf("geomean x DeepGEMM (measured on the anchors' H100): %.3f over %d shapes, %d of them below 1\n",
-                std::exp(log_deepgemm / n_deepgemm), n_deepgemm, behind_deepgemm);
-  std::printf("geomean x best anchor: %.3f over %d shapes (dense %.3f over %d)\n", n_best ? std::exp(log_best / n_best) : 0.0,
-              n_best, n_best_normal ? std::exp(log_best_normal / n_best_normal) : 0.0, n_best_normal);
+  std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n",
+              n_cublas ? std::exp(log_cublas / n_cublas) : 0.0, n_cublas,
+              n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
   if (with_ceiling) ceiling_summary.print(flush);
   if (!skipped.empty())
     std::printf("%zu shapes skipped: no kernel configuration fits them (the lines before the table)\n", skipped.size());

@@ -1,5 +1,6 @@
 // The CLI on the CPU: `finegemm warmup` compiles each kernel once when 4 processes share an empty cache, a copied
-// cache directory is hit without recompiling, and commands that need a GPU say so clearly.
+// cache directory is hit without recompiling, and commands that need a GPU say so clearly; the shape files behind
+// the commands.
 #include <gtest/gtest.h>
 
 #include "run_command.hpp"
@@ -11,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "lib/shapes.hpp"
+
 namespace fs = std::filesystem;
+namespace ft = finegemm::tools;
+using finegemm::GemmKind;
 
 namespace {
 
@@ -134,4 +139,32 @@ TEST(Cli, PlanPrintsTheHeuristicsPickWithoutAGpu) {
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("warmup: --m-range needs 1 <= LO <= HI as LO:HI, got '1-8'"), std::string::npos) << out;
   fs::remove_all(dir);
+}
+
+// ---- shape files -------------------------------------------------------------------------------------------------
+
+TEST(Shapes, UnsupportedShapesAreSetAsideWithTheirReason) {
+  std::vector<ft::ProblemShape> shapes = ft::parse_shapes(
+      "kind,groups,m,n,k\n"
+      "normal,1,64,7168,2048\n"
+      "normal,1,64,1001,2048\n"    // N not a multiple of 8
+      "masked,4,256,4096,7168\n"
+      "normal,1,128,4096,100\n",   // K not a multiple of 16
+      "test");
+  const std::vector<ft::UnsupportedShape> removed = ft::remove_unsupported(shapes, false);
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].n, 7168);
+  EXPECT_EQ(shapes[1].kind, GemmKind::kGroupedMasked);
+  ASSERT_EQ(removed.size(), 2u);
+  EXPECT_EQ(removed[0].shape.n, 1001);
+  EXPECT_NE(removed[0].reason.find("N must be a positive multiple of 8"), std::string::npos) << removed[0].reason;
+  EXPECT_EQ(removed[1].shape.k, 100);
+  EXPECT_NE(removed[1].reason.find("K"), std::string::npos) << removed[1].reason;
+  // Every seed shape fits without a forced configuration.
+  std::vector<ft::ProblemShape> seed =
+      ft::read_shape_file(std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3.csv");
+  const size_t count = seed.size();
+  EXPECT_TRUE(ft::remove_unsupported(seed, false).empty());
+  EXPECT_TRUE(ft::remove_unsupported(seed, true).empty());
+  EXPECT_EQ(seed.size(), count);
 }

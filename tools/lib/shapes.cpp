@@ -79,58 +79,6 @@ std::vector<ProblemShape> read_shape_file(const std::string& path) {
   return parse_shapes(ss.str(), path);
 }
 
-void Anchors::load(const std::string& path, bool grouped) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read anchors " + path);
-  std::string line;
-  std::getline(in, line);
-  const auto header = split(line, ',');
-  auto column = [&](const char* name) {
-    for (size_t i = 0; i < header.size(); ++i)
-      if (header[i] == name) return int(i);
-    return -1;
-  };
-  const int best = column("best_anchor_tflops"), cublas = column("cublaslt_block_h100_tflops"),
-            deepgemm = column("deepgemm_head_h100_tflops");
-  if (best < 0) throw std::runtime_error("anchors " + path + ": no best_anchor_tflops column");
-  auto value = [](const std::vector<std::string>& c, int i) {
-    return i >= 0 && size_t(i) < c.size() ? std::stod(c[size_t(i)]) : 0.0;
-  };
-  while (std::getline(in, line)) {
-    const auto c = split(line, ',');
-    if (c.size() <= size_t(best)) continue;
-    // Dense rows: m,n,k,...; grouped rows: layout,groups,m_per_group,n,k,...
-    const auto key = grouped ? std::make_tuple(c[0] == "contiguous" ? 1 : 2, std::stoi(c[1]), std::stoll(c[2]),
-                                               std::stoll(c[3]), std::stoll(c[4]))
-                             : std::make_tuple(0, 1, std::stoll(c[0]), std::stoll(c[1]), std::stoll(c[2]));
-    table_[key] = Row{value(c, best), value(c, cublas), value(c, deepgemm)};
-  }
-}
-
-void Anchors::load_normal(const std::string& path) { load(path, false); }
-
-void Anchors::load_grouped(const std::string& path) { load(path, true); }
-
-const Anchors::Row* Anchors::find(const ProblemShape& s) const {
-  auto it = table_.find({int(s.kind), s.groups, s.m, s.n, s.k});
-  return it == table_.end() ? nullptr : &it->second;
-}
-
-double Anchors::best_tflops(const ProblemShape& s) const {
-  const Row* r = find(s);
-  return r ? r->best : 0.0;
-}
-
-double Anchors::cublaslt_tflops(const ProblemShape& s) const {
-  const Row* r = find(s);
-  return r ? r->cublaslt : 0.0;
-}
-
-double Anchors::deepgemm_h100_tflops(const ProblemShape& s) const {
-  const Row* r = find(s);
-  return r ? r->deepgemm_h100 : 0.0;
-}
-
 std::string find_data_file(const std::string& relative) {
   namespace fs = std::filesystem;
   std::vector<fs::path> roots;

@@ -1,9 +1,7 @@
-// Shape files (the benchmark's and warm-up's input), anchor figures, and parallel ahead-of-time compilation.
+// Shape files (the benchmark's, warm-up's and plan's input) and parallel ahead-of-time compilation.
 #pragma once
 
-#include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "finegemm/finegemm.hpp"
@@ -15,26 +13,6 @@ namespace finegemm::tools {
 /// number on malformed input.
 std::vector<ProblemShape> read_shape_file(const std::string& path);
 std::vector<ProblemShape> parse_shapes(const std::string& text, const std::string& origin);
-
-/// Best anchor TFLOPS per shape (from anchors/h100_normal.csv and h100_grouped.csv), 0 when unknown.
-class Anchors {
- public:
-  void load_normal(const std::string& path);
-  void load_grouped(const std::string& path);
-  /// TFLOPS of a seed shape's column, 0 for a shape the files do not list: the best anchor, cuBLASLt measured on
-  /// the anchors' H100 (dense shapes only) and DeepGEMM measured on that H100 (`deepgemm_head_h100_tflops`).
-  double best_tflops(const ProblemShape& shape) const;
-  double cublaslt_tflops(const ProblemShape& shape) const;
-  double deepgemm_h100_tflops(const ProblemShape& shape) const;
-
- private:
-  struct Row {
-    double best = 0, cublaslt = 0, deepgemm_h100 = 0;
-  };
-  const Row* find(const ProblemShape& shape) const;
-  void load(const std::string& path, bool grouped);
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t>, Row> table_;
-};
 
 /// Finds a data file shipped in the repository (data/...), searching the source dir, the executable's dir and cwd.
 std::string find_data_file(const std::string& relative);
