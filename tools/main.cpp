@@ -243,7 +243,7 @@ int cmd_bench(const Args& args) {
     FG_CUDA_CHECK(cudaStreamSynchronize(stream));
     const ft::Verdict verdict = ft::check_output(problem, ft::gpu_reference(problem), problem.download_output());
     if (!verdict.ok) ++failures;
-    const ft::Timing t = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3, true,
+    const ft::Timing t = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3, flush_l2,
                                          &flusher, time_source);
     const double tflops = problem.flops() / (t.median_us * 1e-6) / 1e12;
     const double gbps = problem.min_bytes() / (t.median_us * 1e-6) / 1e9;
