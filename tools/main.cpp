@@ -3,16 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "finegemm/finegemm.hpp"
 #include "jit/runtime.hpp"
 #include "lib/ceiling.hpp"
+#include "lib/cli_args.hpp"
 #include "lib/cublaslt_baseline.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
@@ -33,61 +33,66 @@ namespace ft = finegemm::tools;
 
 namespace {
 
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-  bool has(const std::string& f) const { return flags.count(f) != 0; }
-  std::string get(const std::string& f, const std::string& def = "") const {
-    auto it = flags.find(f);
-    return it == flags.end() ? def : it->second;
-  }
-  long get_int(const std::string& f, long def) const {
-    auto it = flags.find(f);
-    return it == flags.end() ? def : std::stol(it->second);
-  }
+constexpr const char* kSeedShapes = "data/shapes/deepseek_v3.csv";
+const std::vector<std::string> kAllKinds = {"normal", "contiguous", "masked"};
+constexpr int64_t kMaxDim = int64_t(1) << 31;  // the largest M, N or K a shape file may hold
+constexpr int kMaxSms = 1024;
+
+// ---- usage ---------------------------------------------------------------------------------------------------------
+
+struct CommandHelp {
+  const char* name;
+  const char* text;  // starts with the command's options; continuation lines indented by 10
 };
 
-Args parse_args(int argc, char** argv, int first) {
-  Args a;
-  for (int i = first; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) == 0) {
-      const auto eq = s.find('=');
-      if (eq != std::string::npos) {
-        a.flags[s.substr(2, eq - 2)] = s.substr(eq + 1);
-      } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
-        a.flags[s.substr(2)] = argv[++i];
-      } else {
-        a.flags[s.substr(2)] = "1";
-      }
-    } else {
-      a.positional.push_back(s);
-    }
+constexpr CommandHelp kHelp[] = {
+    {"bench",
+     "bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--flush memset|read|none]\n"
+     "          [--experts random|equal] [--data normal|uniform] [--ceiling]\n"
+     "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
+     "          shape list (default: data/shapes/deepseek_v3.csv); needs a Hopper GPU. x cuBLT = cuBLASLt's time over\n"
+     "          finegemm's. The first line names the card, the timer and the L2 flush.\n"
+     "          --flush: before each timed call, a 256 MiB memset (default), a 256 MiB read (leaves clean lines) or\n"
+     "            none (a warm L2)\n"
+     "          --experts: rows per expert of the contiguous layout, random 0.5x..1.5x of M (default) or M each\n"
+     "          --data: operands quantized from normal values (default) or uniform fp8 codes (more bit flips)\n"
+     "          --ceiling: also each shape's floor (its bytes moved alone, its wgmmas issued alone)\n"},
+    {"check",
+     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked] [--corrupt] [--cpu]\n"
+     "          correctness sweep over random and awkward shapes, each output checked against a reference; exits 1\n"
+     "          on the first failure; needs a Hopper GPU. --corrupt flips one output element (the checker must\n"
+     "          fail); --cpu checks the checker itself on the CPU, without a GPU (6 cases by default)\n"},
+    {"warmup",
+     "warmup  [--shapes FILE | --n N1,N2 --k K1,K2 [--kind normal|contiguous|masked] [--groups 1]]\n"
+     "          [--m-range 1:8192] [--sms 132] [--jobs J]\n"
+     "          compile ahead of time every kernel the heuristic picks for each shape (default: the DeepSeek-V3\n"
+     "          shapes), every M of the range and both SA layouts, on J threads (default: one per CPU); no GPU needed\n"},
+    {"plan",
+     "plan    [--shapes FILE] [--m-range LO:HI] [--sa mn|k] [--sms 132]\n"
+     "          the kernel configuration the heuristic picks for each shape (no GPU, nothing compiled); with\n"
+     "          --m-range, each shape's N and K over every M of the range, one line where the pick changes\n"},
+    {"stress",
+     "stress  [--threads 8] [--seconds 60] [--devices 0,1|all] [--seed S] ...\n"
+     "          random GEMMs of every kind on several threads, each output checked (finegemm stress --help)\n"},
+    {"info",
+     "info    the version, the JIT options, the cache directory and the device\n"},
+};
+
+void print_usage(FILE* out) {
+  std::fputs("usage: finegemm <command> [options]   (finegemm <command> --help: one command's options)\n", out);
+  for (const CommandHelp& h : kHelp) std::fprintf(out, "  %s", h.text);
+}
+
+void print_command_usage(const std::string& command) {
+  for (const CommandHelp& h : kHelp) {
+    if (command != h.name) continue;
+    const char* options = h.text + std::strlen(h.name);
+    while (*options == ' ') ++options;
+    std::printf("usage: finegemm %s %s", h.name, options);
   }
-  return a;
 }
 
-int usage() {
-  std::puts(
-      "usage: finegemm <command> [options]\n"
-      "  bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k]\n"
-      "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--ceiling]\n"
-      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
-      "          shape list (default: DeepSeek-V3 shapes); x cuBLT = cuBLASLt's time over finegemm's;\n"
-      "          --data: quantized normal operands (a model's, DeepGEMM's tests'; default) or uniform fp8 codes;\n"
-      "          --ceiling: also each shape's hardware floor (its bytes moved alone, its wgmmas issued alone)\n"
-      "  check   [--seed S] [--cases N] [--kinds ...] [--corrupt] [--cpu]\n"
-      "          correctness sweep over random and awkward shapes; exits 1 on the first failure. --corrupt flips one\n"
-      "          output element (the checker must fail); --cpu checks the checker without a GPU\n"
-      "  warmup  (--shapes FILE | --n N1,N2 --k K1,K2 [--groups G] [--kind normal]) [--m-range 1:8192]\n"
-      "          [--sms 132] [--jobs J]   compile ahead of time every kernel the heuristic picks (no GPU needed)\n"
-      "  plan    [--shapes FILE] [--m-range LO:HI] [--sa mn|k] [--sms 132]   the kernel configuration the heuristic\n"
-      "          picks for each shape (no GPU, nothing compiled); with --m-range, each M where the pick changes\n"
-
-      "  stress  [--threads 8] [--seconds 60] [--devices 0,1|all] [--seed S]  random checked GEMMs (stress --help)\n"
-      "  info    print the device, the options and the cache\n");
-  return 2;
-}
+// ---- shared --------------------------------------------------------------------------------------------------------
 
 bool hopper_or_explain() {
   std::string why;
@@ -98,16 +103,25 @@ bool hopper_or_explain() {
   return true;
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) if (!item.empty()) out.push_back(item);
+const char* kind_name(fg::GemmKind k) {
+  return k == fg::GemmKind::kNormal ? "normal" : (k == fg::GemmKind::kGroupedContiguous ? "contiguous" : "masked");
+}
+
+fg::GemmKind kind_of(const std::string& name) {
+  return name == "normal" ? fg::GemmKind::kNormal
+                          : (name == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
+}
+
+std::string join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
   return out;
 }
 
-const char* kind_name(fg::GemmKind k) {
-  return k == fg::GemmKind::kNormal ? "normal" : (k == fg::GemmKind::kGroupedContiguous ? "contiguous" : "masked");
+/// --shapes FILE, else the seed shapes.
+std::vector<ft::ProblemShape> shapes_of(const ft::ParsedArgs& args) {
+  const std::string file = args.text("shapes", "");
+  return ft::read_shape_file(file.empty() ? ft::find_data_file(kSeedShapes) : file);
 }
 
 // ---- bench ---------------------------------------------------------------------------------------------------------
@@ -153,44 +167,43 @@ class CeilingSummary {
   int n_cublas_ = 0, n_small_ = 0, below_85_ = 0;
 };
 
-int cmd_bench(const Args& args) {
-  if (!hopper_or_explain()) return 0;
-  const std::string shape_file = args.get("shapes", ft::find_data_file("data/shapes/deepseek_v3.csv"));
-  std::vector<ft::ProblemShape> shapes = ft::read_shape_file(shape_file);
-  const std::vector<std::string> kinds = split_list(args.get("kinds", "normal,contiguous,masked"));
+ft::OptionSet bench_options() {
+  return ft::OptionSet("bench")
+      .input_file("shapes")
+      .word_list("kinds", kAllKinds)
+      .integer("iters", 1, 10000)
+      .word("sa", {"mn", "k"})
+      .word("flush", {"memset", "read", "none"})
+      .word("experts", {"random", "equal"})
+      .word("data", {"normal", "uniform"})
+      .flag("ceiling");
+}
+
+int cmd_bench(const ft::ParsedArgs& args) {
+  std::vector<ft::ProblemShape> shapes = shapes_of(args);
+  const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
                               [&](const ft::ProblemShape& s) {
                                 return std::find(kinds.begin(), kinds.end(), kind_name(s.kind)) == kinds.end();
                               }),
                shapes.end());
-  const bool k_major = args.get("sa", "mn") == "k";
-  const std::vector<ft::UnsupportedShape> skipped = ft::remove_unsupported(shapes, k_major);
-  const int iters = int(args.get_int("iters", 30));
-  // --ceiling: after each row, the shape's floor (tools/lib/ceiling.hpp) and what each library's time is of it.
-  const bool with_ceiling = args.has("ceiling");
-  cudaStream_t stream;
-  FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const std::string flush = args.get("flush", "memset");
-  if (flush != "memset" && flush != "read" && flush != "none") {
-    std::fprintf(stderr, "finegemm bench: --flush is memset, read or none, got '%s'\n", flush.c_str());
-    return 2;
-  }
+  const bool k_major = args.text("sa", "mn") == "k";
+  const int iters = int(args.integer("iters", 30));
+  const bool with_ceiling = args.flag("ceiling");
   // none: no flush between calls, so operands, kernel code and parameters may still be in the L2 (a warm-cache time).
-  const bool flush_l2 = flush != "none";
-  ft::L2Flusher flusher(256ull << 20, flush == "read" ? ft::FlushMode::kRead : ft::FlushMode::kMemset);
+  const std::string flush = args.text("flush", "memset");
   // Contiguous rows per expert: drawn at random around M (a router's spread, the default) or exactly M each.
-  const std::string experts = args.get("experts", "random");
-  if (experts != "random" && experts != "equal") {
-    std::fprintf(stderr, "finegemm bench: --experts is random or equal, got '%s'\n", experts.c_str());
-    return 2;
-  }
+  const std::string experts = args.text("experts", "random");
   // Operand data: quantized normals (a model's operands, as DeepGEMM's tests draw them) or uniform fp8 codes,
   // which flip more bits per product: where the card runs at its power cap, its clock is then lower.
-  const std::string data = args.get("data", "normal");
-  if (data != "normal" && data != "uniform") {
-    std::fprintf(stderr, "finegemm bench: --data is normal or uniform, got '%s'\n", data.c_str());
-    return 2;
-  }
+  const std::string data = args.text("data", "normal");
+  if (!hopper_or_explain()) return 0;
+
+  const std::vector<ft::UnsupportedShape> skipped = ft::remove_unsupported(shapes, k_major);
+  cudaStream_t stream;
+  FG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const bool flush_l2 = flush != "none";
+  ft::L2Flusher flusher(256ull << 20, flush == "read" ? ft::FlushMode::kRead : ft::FlushMode::kMemset);
   const double copy_gbps = ft::measure_copy_bandwidth_gbps();
   cudaDeviceProp prop{};
   FG_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -209,7 +222,6 @@ int cmd_bench(const Args& args) {
               data == "normal" ? "normal values quantized per token (A) and per 128x128 block (B)"
                                : "uniform fp8 codes, scales 2^-10..2^10",
               experts == "equal" ? "M each" : "random, 0.5x..1.5x of M");
-
   for (const ft::UnsupportedShape& u : skipped)
     std::printf("skipped %s %d %lld %lld %lld: %s\n", kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
                 (long long)u.shape.n, (long long)u.shape.k, u.reason.c_str());
@@ -292,13 +304,22 @@ int cmd_bench(const Args& args) {
 
 // ---- check ---------------------------------------------------------------------------------------------------------
 
+ft::OptionSet check_options() {
+  return ft::OptionSet("check")
+      .integer("seed", 0, INT64_MAX)
+      .integer("cases", 1, 1000000)
+      .word_list("kinds", kAllKinds)
+      .flag("corrupt")
+      .flag("cpu");
+}
+
 // The checker itself, without a GPU: the "kernel output" is the CPU reference rounded to bf16 (what a correct kernel
 // returns up to rounding); --corrupt flips one element, and the checker must then exit 1.
-int cmd_check_cpu(const Args& args) {
+int cmd_check_cpu(const ft::ParsedArgs& args) {
   namespace ref = fg::reference;
-  const uint64_t seed = uint64_t(args.get_int("seed", 1));
-  const int cases = int(args.get_int("cases", 6));
-  const bool corrupt = args.has("corrupt");
+  const uint64_t seed = uint64_t(args.integer("seed", 1));
+  const int cases = int(args.integer("cases", 6));
+  const bool corrupt = args.flag("corrupt");
   std::mt19937_64 rng(seed);
   const int64_t ms[] = {1, 7, 65}, ns[] = {64, 576}, ks[] = {128, 576};
   for (int c = 0; c < cases; ++c) {
@@ -327,13 +348,13 @@ int cmd_check_cpu(const Args& args) {
   return 0;
 }
 
-int cmd_check(const Args& args) {
-  if (args.has("cpu")) return cmd_check_cpu(args);
+int cmd_check(const ft::ParsedArgs& args) {
+  if (args.flag("cpu")) return cmd_check_cpu(args);
   if (!hopper_or_explain()) return 0;
-  const uint64_t seed = uint64_t(args.get_int("seed", 1));
-  const int cases = int(args.get_int("cases", 40));
-  const bool corrupt = args.has("corrupt");
-  const std::vector<std::string> kinds = split_list(args.get("kinds", "normal,contiguous,masked"));
+  const uint64_t seed = uint64_t(args.integer("seed", 1));
+  const int cases = int(args.integer("cases", 40));
+  const bool corrupt = args.flag("corrupt");
+  const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
   std::mt19937_64 rng(seed);
   const int64_t ms[] = {1, 7, 63, 64, 65, 128, 129, 255, 256, 1000};
   const int64_t ns[] = {8, 64, 128, 576, 2112, 4096, 7232};
@@ -342,9 +363,7 @@ int cmd_check(const Args& args) {
   FG_CUDA_CHECK(cudaStreamCreate(&stream));
   for (int c = 0; c < cases; ++c) {
     ft::ProblemShape s;
-    const std::string kind = kinds[size_t(rng() % kinds.size())];
-    s.kind = kind == "normal" ? fg::GemmKind::kNormal
-                              : (kind == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
+    s.kind = kind_of(kinds[size_t(rng() % kinds.size())]);
     s.m = ms[rng() % std::size(ms)];
     s.n = ns[rng() % std::size(ns)];
     s.k = ks[rng() % std::size(ks)];
@@ -370,8 +389,8 @@ int cmd_check(const Args& args) {
     const ft::Verdict v = ft::check_output(problem, ft::gpu_reference(problem), out);
     std::printf("case %3d  %-40s SA %-8s %s\n", c, s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
     if (!v.ok) {
-      std::printf("FAILED. Replay: finegemm check --seed %llu --cases %d --kinds %s\n", (unsigned long long)seed, c + 1,
-                  args.get("kinds", "normal,contiguous,masked").c_str());
+      std::printf("FAILED. Replay: finegemm check --seed %llu --cases %d --kinds %s%s\n", (unsigned long long)seed,
+                  c + 1, join(kinds).c_str(), corrupt ? " --corrupt" : "");
       return 1;
     }
   }
@@ -381,45 +400,51 @@ int cmd_check(const Args& args) {
 
 // ---- warmup --------------------------------------------------------------------------------------------------------
 
-/// --m-range LO:HI (1 <= LO <= HI), or [lo, hi] when it is not given.
-std::pair<int64_t, int64_t> m_range_of(const Args& args, const char* cmd, int64_t lo, int64_t hi) {
-  if (!args.has("m-range")) return {lo, hi};
-  const std::string r = args.get("m-range");
-  const size_t colon = r.find(':');
-  const std::string bad = std::string(cmd) + ": --m-range needs 1 <= LO <= HI as LO:HI, got '" + r + "'";
-  if (colon == std::string::npos) throw std::invalid_argument(bad);
-  try {
-    lo = std::stoll(r.substr(0, colon));
-    hi = std::stoll(r.substr(colon + 1));
-  } catch (const std::exception&) {
-    throw std::invalid_argument(bad);
-  }
-  if (lo < 1 || hi < lo) throw std::invalid_argument(bad);
-  return {lo, hi};
+ft::OptionSet warmup_options() {
+  return ft::OptionSet("warmup")
+      .input_file("shapes")
+      .integer_list("n", 1, kMaxDim)
+      .integer_list("k", 1, kMaxDim)
+      .word("kind", kAllKinds)
+      .integer("groups", 1, 65536)
+      .range("m-range", 1, kMaxDim)
+      .integer("sms", 1, kMaxSms)
+      .integer("jobs", 1, 1024);
 }
 
-int cmd_warmup(const Args& args) {
+int cmd_warmup(const ft::ParsedArgs& args) {
+  // The options that only go together, checked before anything is compiled.
+  const bool listed = args.has("n") || args.has("k");
+  if (args.has("n") != args.has("k"))
+    throw ft::UsageError(std::string("finegemm warmup: --n and --k go together, got only ") +
+                         (args.has("n") ? "--n" : "--k"));
+  if (listed && args.has("shapes"))
+    throw ft::UsageError("finegemm warmup: --shapes and --n/--k are alternatives, got both");
+  if (!listed && (args.has("kind") || args.has("groups")))
+    throw ft::UsageError(std::string("finegemm warmup: ") + (args.has("kind") ? "--kind" : "--groups") +
+                         " describes the --n/--k shapes, got no --n/--k");
+  const std::string kind = args.text("kind", "normal");
+  const int groups = int(args.integer("groups", 1));
+  if (kind == "normal" && groups != 1)
+    throw ft::UsageError("finegemm warmup: --groups takes 1 with --kind normal, got '" + std::to_string(groups) + "'");
+
   std::vector<ft::ProblemShape> shapes;
-  if (args.has("shapes")) {
-    shapes = ft::read_shape_file(args.get("shapes"));
-  } else if (args.has("n") && args.has("k")) {
+  if (listed) {
     ft::ProblemShape s;
-    const std::string kind = args.get("kind", "normal");
-    s.kind = kind == "normal" ? fg::GemmKind::kNormal
-                              : (kind == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
-    s.groups = int(args.get_int("groups", 1));
-    for (const auto& n : split_list(args.get("n")))
-      for (const auto& k : split_list(args.get("k"))) {
-        s.n = std::stoll(n);
-        s.k = std::stoll(k);
+    s.kind = kind_of(kind);
+    s.groups = groups;
+    for (int64_t n : args.integers("n"))
+      for (int64_t k : args.integers("k")) {
+        s.n = n;
+        s.k = k;
         shapes.push_back(s);
       }
   } else {
-    shapes = ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3.csv"));
+    shapes = shapes_of(args);
   }
-  const auto [m_lo, m_hi] = m_range_of(args, "warmup", 1, 8192);
-  const int sms = int(args.get_int("sms", 132));
-  const int jobs = int(args.get_int("jobs", long(std::thread::hardware_concurrency())));
+  const auto [m_lo, m_hi] = args.range("m-range", {1, 8192});
+  const int sms = int(args.integer("sms", 132));
+  const int jobs = int(args.integer("jobs", std::max(1u, std::thread::hardware_concurrency())));
   // Every M in the range (the heuristic only changes its pick at a few M); both SA layouts.
   std::vector<fg::Problem> problems;
   for (const auto& s : shapes) {
@@ -456,17 +481,23 @@ int cmd_warmup(const Args& args) {
   return 0;
 }
 
-// ---- plan --------------------------------------------------------------------------------------------------------
+// ---- plan ----------------------------------------------------------------------------------------------------------
+
+ft::OptionSet plan_options() {
+  return ft::OptionSet("plan")
+      .input_file("shapes")
+      .range("m-range", 1, kMaxDim)
+      .word("sa", {"mn", "k"})
+      .integer("sms", 1, kMaxSms);
+}
 
 /// The kernel configuration the heuristic picks for each shape (no GPU, nothing compiled). With --m-range, every M of
 /// the range for each shape's N and K, one line where the pick changes.
-int cmd_plan(const Args& args) {
-  const std::vector<ft::ProblemShape> shapes =
-      ft::read_shape_file(args.get("shapes", ft::find_data_file("data/shapes/deepseek_v3.csv")));
-  const bool k_major = args.get("sa", "mn") == "k";
-  const int sms = int(args.get_int("sms", 132));
-  if (sms <= 0) throw std::invalid_argument("plan: --sms must be > 0");
-  const auto [m_lo, m_hi] = m_range_of(args, "plan", 0, -1);  // by default an empty range: each shape at its own M
+int cmd_plan(const ft::ParsedArgs& args) {
+  const std::vector<ft::ProblemShape> shapes = shapes_of(args);
+  const bool k_major = args.text("sa", "mn") == "k";
+  const int sms = int(args.integer("sms", 132));
+  const auto [m_lo, m_hi] = args.range("m-range", {0, -1});  // by default an empty range: each shape at its own M
   auto line = [&](const ft::ProblemShape& s, const std::string& config) {
     std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n,
                 (long long)s.k, config.c_str());
@@ -494,7 +525,11 @@ int cmd_plan(const Args& args) {
   return 0;
 }
 
-int cmd_info() {
+// ---- info ----------------------------------------------------------------------------------------------------------
+
+ft::OptionSet info_options() { return ft::OptionSet("info"); }
+
+int cmd_info(const ft::ParsedArgs&) {
   std::printf("finegemm %s\noptions: %s\ncache: %s\n", fg::version(),
               fg::jit::Runtime::instance().options().describe().c_str(),
               fg::cache_dir().empty() ? "(disabled)" : fg::cache_dir().c_str());
@@ -509,26 +544,55 @@ int cmd_info() {
   return 0;
 }
 
+struct Command {
+  const char* name;
+  ft::OptionSet (*options)();
+  int (*run)(const ft::ParsedArgs&);
+};
+
+constexpr Command kCommands[] = {
+    {"bench", bench_options, cmd_bench},    {"check", check_options, cmd_check},
+    {"warmup", warmup_options, cmd_warmup}, {"plan", plan_options, cmd_plan},
+    {"info", info_options, cmd_info},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  const std::string cmd = argv[1];
-  const Args args = parse_args(argc, argv, 2);
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  if (name == "stress") return ft::run_stress(argc - 2, argv + 2);
+  const Command* command = nullptr;
+  for (const Command& c : kCommands)
+    if (name == c.name) command = &c;
+  if (command == nullptr) {
+    std::fprintf(stderr,
+                 "finegemm: unknown command '%s' (commands: bench, check, warmup, plan, stress, info; finegemm --help "
+                 "describes them)\n",
+                 name.c_str());
+    return 2;
+  }
   try {
-    if (cmd == "bench") return cmd_bench(args);
-    if (cmd == "check") return cmd_check(args);
-    if (cmd == "warmup") return cmd_warmup(args);
-    if (cmd == "info") return cmd_info();
-    if (cmd == "plan") return cmd_plan(args);
-    if (cmd == "stress") return ft::run_stress(argc - 2, argv + 2);
-    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-      usage();
+    const ft::ParsedArgs args = command->options().parse(argc - 2, argv + 2);
+    if (args.help()) {
+      print_command_usage(name);
       return 0;
     }
-  } catch (const std::exception& e) {
+    return command->run(args);
+  } catch (const ft::UsageError& e) {
     std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    // The library's errors name themselves ("finegemm: ..."); the tools' own get the command's name.
+    const bool named = std::strncmp(e.what(), "finegemm", 8) == 0;
+    std::fprintf(stderr, "%s%s%s\n", named ? "" : "finegemm ", named ? "" : (name + ": ").c_str(), e.what());
     return 1;
   }
-  return usage();
 }

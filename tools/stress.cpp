@@ -26,6 +26,7 @@
 #include "heuristics/heuristics.hpp"
 #include "api/context.hpp"
 #include "jit/runtime.hpp"
+#include "lib/cli_args.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
 
@@ -43,7 +44,9 @@ constexpr const char* kUsage =
     "  --fresh-percent of the calls draw a new shape (a kernel compiled for the first time, most likely; M awkward or\n"
     "  uniform up to --max-m); the others take one of 16 fixed shapes, with fresh data. --max-calls bounds\n"
     "  the calls per thread (0: until --seconds). A call running longer than --hang-seconds is reported as a hang and\n"
-    "  ends the process (exit 3). Last line: stress: calls=N failures=F compiles=C ... (exit 1 when F > 0).\n";
+    "  ends the process (exit 3). Last line: stress: calls=N failures=F compiles=C ... (exit 1 when F > 0).\n"
+    "  Needs a Hopper GPU. Accepted: --threads 1..256; --seconds and --hang-seconds in (0, 86400]; --devices 'all'\n"
+    "  or distinct ordinals 0..1023; --seed and --max-calls >= 0; --max-m 1..65536; --fresh-percent 0..100.\n";
 
 // ---- Shapes ------------------------------------------------------------------------------------------------------
 // N and K follow the documented rules (N % 8 == 0, K % 16 == 0); M is any value >= 1. Most calls take one of these
@@ -76,10 +79,6 @@ constexpr int kMaxLoggedFailures = 20;
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 constexpr int64_t kProgressPeriodMs = 10000;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct StressOptions {
   int threads = 8;
   double seconds = 60.0;
@@ -99,96 +98,44 @@ const char* kind_name(GemmKind kind) {
   return kind == GemmKind::kNormal ? "normal" : (kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked");
 }
 
-// "a,b," -> {"a", "b", ""}: empty items are kept so that the caller can reject them.
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  for (size_t comma; (comma = text.find(',', begin)) != std::string::npos; begin = comma + 1)
-    out.push_back(text.substr(begin, comma - begin));
-  out.push_back(text.substr(begin));
-  return out;
-}
+constexpr double kMaxSeconds = 86400;
 
-int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
-    throw UsageError("--" + flag + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                     "], got '" + text + "'");
-  return v;
-}
-
-double parse_seconds(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 86400)
-    throw UsageError("--" + flag + " must be a number of seconds in (0, 86400], got '" + text + "'");
-  return v;
-}
-
-StressOptions parse_options(int argc, char** argv) {
+/// Throws UsageError (one line) on a bad command line.
+StressOptions parse_options(int argc, const char* const* argv) {
+  const ParsedArgs args = OptionSet("stress")
+                              .integer("threads", 1, 256)
+                              .number("seconds", 0, kMaxSeconds, true)
+                              .integer_list("devices", 0, 1023, "all")
+                              .word("device-order", {"alternate", "random"})
+                              .integer("seed", 0, INT64_MAX)
+                              .word_list("kinds", {"normal", "contiguous", "masked"})
+                              .integer("max-m", 1, 65536)
+                              .integer("fresh-percent", 0, 100)
+                              .integer("max-calls", 0, INT64_MAX)
+                              .number("hang-seconds", 0, kMaxSeconds, true)
+                              .parse(argc, argv);
   StressOptions o;
-  for (int i = 0; i < argc; ++i) {
-    std::string word = argv[i], value;
-    if (word == "--help" || word == "-h") {
-      o.help = true;
-      continue;
-    }
-    if (word.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + word + "' (options start with --)");
-    std::string flag = word.substr(2);
-    if (const size_t eq = flag.find('='); eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      throw UsageError("--" + flag + " needs a value");
-    }
-    if (flag == "threads") {
-      o.threads = int(parse_int(flag, value, 1, 256));
-    } else if (flag == "seconds") {
-      o.seconds = parse_seconds(flag, value);
-    } else if (flag == "devices") {
-      o.all_devices = value == "all";
-      o.devices.clear();
-      if (!o.all_devices) {
-        std::set<int> seen;
-        for (const std::string& d : split(value)) {
-          if (d.empty()) throw UsageError("--devices takes 'all' or a list of ordinals like 0,1, got '" + value + "'");
-          if (d.find_first_not_of("0123456789") != std::string::npos)
-            throw UsageError("--devices takes 'all' or a list of ordinals like 0,1; '" + d + "' is not an ordinal");
-          const int ordinal = int(parse_int(flag, d, 0, 1023));
-          if (!seen.insert(ordinal).second) throw UsageError("--devices lists device " + d + " twice");
-          o.devices.push_back(ordinal);
-        }
-      }
-    } else if (flag == "device-order") {
-      if (value != "alternate" && value != "random")
-        throw UsageError("--device-order must be 'alternate' or 'random', got '" + value + "'");
-      o.random_device = value == "random";
-    } else if (flag == "seed") {
-      o.seed = uint64_t(parse_int(flag, value, 0, INT64_MAX));
-    } else if (flag == "kinds") {
-      o.kinds.clear();
-      for (const std::string& k : split(value)) {
-        if (k == "normal") o.kinds.push_back(GemmKind::kNormal);
-        else if (k == "contiguous") o.kinds.push_back(GemmKind::kGroupedContiguous);
-        else if (k == "masked") o.kinds.push_back(GemmKind::kGroupedMasked);
-        else throw UsageError("unknown kind '" + k + "' in --kinds (normal, contiguous, masked)");
-      }
-    } else if (flag == "max-m") {
-      o.max_m = parse_int(flag, value, 1, 65536);
-    } else if (flag == "fresh-percent") {
-      o.fresh_percent = int(parse_int(flag, value, 0, 100));
-    } else if (flag == "max-calls") {
-      o.max_calls = parse_int(flag, value, 0, INT64_MAX);
-    } else if (flag == "hang-seconds") {
-      o.hang_seconds = parse_seconds(flag, value);
-    } else {
-      throw UsageError("unknown option --" + flag);
-    }
+  o.help = args.help();
+  if (o.help) return o;
+  o.threads = int(args.integer("threads", o.threads));
+  o.seconds = args.number("seconds", o.seconds);
+  if (args.has("devices")) {
+    const std::vector<int64_t> ordinals = args.integers("devices");
+    o.all_devices = ordinals.empty();  // the word 'all'
+    o.devices.assign(ordinals.begin(), ordinals.end());
   }
+  o.random_device = args.text("device-order", "alternate") == "random";
+  o.seed = uint64_t(args.integer("seed", int64_t(o.seed)));
+  if (args.has("kinds")) {
+    o.kinds.clear();
+    for (const std::string& k : args.words("kinds", {}))
+      o.kinds.push_back(k == "normal" ? GemmKind::kNormal
+                                      : k == "contiguous" ? GemmKind::kGroupedContiguous : GemmKind::kGroupedMasked);
+  }
+  o.max_m = args.integer("max-m", o.max_m);
+  o.fresh_percent = int(args.integer("fresh-percent", o.fresh_percent));
+  o.max_calls = args.integer("max-calls", o.max_calls);
+  o.hang_seconds = args.number("hang-seconds", o.hang_seconds);
   return o;
 }
 
@@ -435,7 +382,7 @@ int run_stress(int argc, char** argv) {
   try {
     shared.options = parse_options(argc, argv);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "finegemm stress: %s (finegemm stress --help lists the options)\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
   const StressOptions& opt = shared.options;

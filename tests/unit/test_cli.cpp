@@ -1,17 +1,22 @@
-// The CLI on the CPU: `finegemm warmup` compiles each kernel once when 4 processes share an empty cache, a copied
-// cache directory is hit without recompiling, and commands that need a GPU say so clearly; the shape files behind
-// the commands.
+// The CLI on the CPU: every command rejects a bad command line with one line naming the option, before doing
+// anything; `finegemm warmup` compiles each kernel once when 4 processes share an empty cache, and a copied cache
+// directory is hit without recompiling; commands that need a GPU say so clearly; the shape files and the option
+// parser behind the commands.
 #include <gtest/gtest.h>
 
 #include "run_command.hpp"
+
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "lib/cli_args.hpp"
 #include "lib/shapes.hpp"
 
 namespace fs = std::filesystem;
@@ -34,9 +39,180 @@ fs::path temp_dir() {
   return tmpl;
 }
 
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+size_t count_lines(const std::string& text) {
+  size_t n = 0;
+  for (char c : text) n += c == '\n';
+  return n + (!text.empty() && text.back() != '\n');
+}
+
+bool is_empty_dir(const fs::path& dir) { return fs::is_directory(dir) && fs::is_empty(dir); }
+
 const std::string kCli = FINEGEMM_CLI_PATH;
 
+/// A CLI run with stdout and stderr apart.
+struct CliRun {
+  int status = -1;
+  std::string out, err;
+};
+
+/// `finegemm ARGS` through the shell, from directory `cwd`, with `env` (NAME=value words) before it.
+CliRun run_cli(const std::string& args, const fs::path& cwd, const std::string& env = "") {
+  const fs::path err_file = fs::temp_directory_path() / ("finegemm-cli-stderr-" + std::to_string(::getpid()));
+  const std::string cmd = "cd '" + cwd.string() + "' && " + env + " " + kCli + " " + args + " 2> '" +
+                          err_file.string() + "'";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int rc = p != nullptr ? pclose(p) : -1;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.err = read_text(err_file);
+  fs::remove(err_file);
+  return r;
+}
+
+/// Whether this machine has a Hopper GPU, as `finegemm info` sees it; `info` receives its device line.
+bool has_gpu(std::string* info) {
+  const CliRun r = run_cli("info", fs::temp_directory_path());
+  const size_t at = r.out.find("device: ");
+  *info = at == std::string::npos ? r.out : r.out.substr(at, r.out.find('\n', at) - at);
+  return r.out.find("device: no Hopper GPU") == std::string::npos;
+}
+
 }  // namespace
+
+// ---- bad command lines -------------------------------------------------------------------------------------------
+
+TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path dir = temp_dir(), work = dir / "work", cache = dir / "cache", inputs = dir / "inputs";
+  fs::create_directories(work);
+  fs::create_directories(cache);
+  fs::create_directories(inputs);
+  const std::string shapes = (inputs / "shapes.csv").string();
+  std::ofstream(shapes) << "kind,groups,m,n,k\nnormal,1,64,576,256\n";
+  const struct {
+    std::string args;
+    std::string message;  // the whole line on stderr starts with it
+  } cases[] = {
+      {"bench --bogus", "finegemm bench: unknown option --bogus (options: --ceiling, --data, --experts, --flush, "
+                        "--iters, --kinds, --sa, --shapes)"},
+      {"bench --power 5", "finegemm bench: unknown option --power ("},
+      {"bench --iters", "finegemm bench: --iters takes an integer in 1..10000, got no value"},
+      {"bench --iters --ceiling", "finegemm bench: --iters takes an integer in 1..10000, got no value"},
+      {"bench --iters 0", "finegemm bench: --iters takes an integer in 1..10000, got '0'"},
+      {"bench --iters=3.5", "finegemm bench: --iters takes an integer in 1..10000, got '3.5'"},
+      {"bench --iters 5 --iters 6", "finegemm bench: --iters given twice"},
+      {"bench --flush fast", "finegemm bench: --flush takes one of memset, read, none, got 'fast'"},
+      {"bench --kinds normal,dense",
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, got "
+       "'normal,dense'"},
+      {"bench --kinds normal,normal",
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, got "
+       "'normal,normal'"},
+      {"bench --shapes " + (inputs / "missing.csv").string(),
+       "finegemm bench: --shapes takes an existing file, got '" + (inputs / "missing.csv").string() + "'"},
+      {"bench --ceiling=yes", "finegemm bench: --ceiling takes no value, got 'yes'"},
+      {"bench out.csv", "finegemm bench: unexpected argument 'out.csv' (options: "},
+      {"check --cases -3", "finegemm check: --cases takes an integer in 1..1000000, got '-3'"},
+      {"check --cpu --seed x1", "finegemm check: --seed takes an integer in 0..9223372036854775807, got 'x1'"},
+      {"check --cpu --corrupt extra", "finegemm check: unexpected argument 'extra' (options: "},
+      {"warmup " + shapes, "finegemm warmup: unexpected argument '" + shapes + "' (options: "},
+      {"warmup --jobs 0", "finegemm warmup: --jobs takes an integer in 1..1024, got '0'"},
+      {"warmup --m-range 5:2", "finegemm warmup: --m-range takes LO:HI with 1 <= LO <= HI <= 2147483648, got '5:2'"},
+      {"warmup --m-range 1-8", "finegemm warmup: --m-range takes LO:HI with 1 <= LO <= HI <= 2147483648, got '1-8'"},
+      {"warmup --n 576", "finegemm warmup: --n and --k go together, got only --n"},
+      {"warmup --n 576,x --k 512",
+       "finegemm warmup: --n takes a comma list of distinct integers in 1..2147483648, got '576,x'"},
+      {"warmup --n 576 --k 512 --kind dense",
+       "finegemm warmup: --kind takes one of normal, contiguous, masked, got 'dense'"},
+      {"warmup --n 576 --k 512 --groups 4", "finegemm warmup: --groups takes 1 with --kind normal, got '4'"},
+      {"warmup --shapes " + shapes + " --n 576 --k 512",
+       "finegemm warmup: --shapes and --n/--k are alternatives, got both"},
+      {"plan --sms abc", "finegemm plan: --sms takes an integer in 1..1024, got 'abc'"},
+      {"plan --sms 1025", "finegemm plan: --sms takes an integer in 1..1024, got '1025'"},
+      {"plan --sa rows", "finegemm plan: --sa takes one of mn, k, got 'rows'"},
+      {"plan --m-range 0:10", "finegemm plan: --m-range takes LO:HI with 1 <= LO <= HI <= 2147483648, got '0:10'"},
+      {"plan -s 3", "finegemm plan: unknown option -s (options: --m-range, --sa, --shapes, --sms)"},
+      {"stress --threads 0", "finegemm stress: --threads takes an integer in 1..256, got '0'"},
+      {"stress --seconds -3", "finegemm stress: --seconds takes a number in (0, 86400], got '-3'"},
+      {"stress --devices 0,0",
+       "finegemm stress: --devices takes 'all' or a comma list of distinct integers in 0..1023, got '0,0'"},
+      {"stress threads=8", "finegemm stress: unexpected argument 'threads=8' (options: "},
+      {"info --verbose", "finegemm info: unknown option --verbose (info takes no options)"},
+      {"frobnicate", "finegemm: unknown command 'frobnicate' (commands: bench, check, warmup, plan, stress, info"},
+      {"--bench", "finegemm: unknown command '--bench' (commands: "},
+  };
+  for (const auto& c : cases) {
+    const CliRun r = run_cli(c.args, work, "FINEGEMM_CACHE_DIR='" + cache.string() + "'");
+    EXPECT_EQ(r.status, 2) << c.args << "\nstdout: " << r.out << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+    EXPECT_EQ(count_lines(r.err), 1u) << c.args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind(c.message, 0), 0u) << c.args << "\nexpected: " << c.message << "\ngot:      " << r.err;
+    EXPECT_TRUE(is_empty_dir(cache)) << c.args << " wrote into the cache directory";
+    EXPECT_TRUE(is_empty_dir(work)) << c.args << " wrote into its working directory";
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Cli, HelpExitsZeroForTheToolAndEachCommand) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path cwd = fs::temp_directory_path();
+  for (const char* args : {"--help", "-h", "help"}) {
+    const CliRun r = run_cli(args, cwd);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    EXPECT_EQ(r.out.rfind("usage: finegemm <command> [options]", 0), 0u) << r.out;
+    for (const char* command : {"  bench   ", "  check   ", "  warmup  ", "  plan    ", "  stress  ", "  info    "})
+      EXPECT_NE(r.out.find(command), std::string::npos) << command << " missing from: " << r.out;
+    EXPECT_EQ(r.out.find("--power"), std::string::npos) << r.out;
+    EXPECT_EQ(r.err, "");
+  }
+  for (const char* command : {"bench", "check", "warmup", "plan", "stress", "info"}) {
+    for (const char* flag : {"--help", "-h"}) {
+      // Help wins over the other words, even a bad one: nothing runs.
+      const CliRun r = run_cli(std::string(command) + " --bogus " + flag, cwd);
+      EXPECT_EQ(r.status, 0) << command << " " << flag << ": " << r.err;
+      EXPECT_EQ(r.out.rfind(std::string("usage: finegemm ") + command, 0), 0u) << r.out;
+      EXPECT_EQ(r.err, "");
+    }
+  }
+  // No command at all: the usage on stderr, exit 2.
+  const CliRun none = run_cli("", cwd);
+  EXPECT_EQ(none.status, 2);
+  EXPECT_EQ(none.out, "");
+  EXPECT_EQ(none.err.rfind("usage: finegemm <command> [options]", 0), 0u) << none.err;
+}
+
+// ---- without a GPU -----------------------------------------------------------------------------------------------
+
+TEST(Cli, GpuCommandsSayWhenThereIsNoGpu) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  std::string info;
+  if (has_gpu(&info)) GTEST_SKIP() << "a Hopper GPU is present (" << info << "): bench would run";
+  const CliRun r = run_cli("bench", fs::temp_directory_path());
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("no Hopper GPU present"), std::string::npos) << r.out;
+}
+
+TEST(Cli, CheckFailsOnACorruptedOutput) {
+  // The checker and its exit code, on the CPU (scripts/device-check.sh runs the GPU version with --corrupt too).
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string good = run_command(kCli + " check --cpu --cases 4 --seed 3", &status);
+  EXPECT_EQ(status, 0) << good;
+  EXPECT_NE(good.find("4 passed, 0 failed"), std::string::npos) << good;
+  const std::string bad = run_command(kCli + " check --cpu --cases 4 --seed 3 --corrupt", &status);
+  EXPECT_EQ(status, 1) << bad;
+  EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 3 --cases 1 --corrupt"), std::string::npos) << bad;
+}
+
+// ---- warmup and plan ---------------------------------------------------------------------------------------------
 
 TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
   if (kCli.empty()) GTEST_SKIP() << "CLI not built";
@@ -52,8 +228,7 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
   run_command(script, &status);
   int total = 0;
   for (int i = 0; i < 4; ++i) {
-    std::ifstream in(dir / ("out" + std::to_string(i)));
-    const std::string out((std::istreambuf_iterator<char>(in)), {});
+    const std::string out = read_text(dir / ("out" + std::to_string(i)));
     const int c = compiled_count(out);
     ASSERT_GE(c, 0) << out;
     total += c;
@@ -74,29 +249,6 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
   fs::remove_all(dir);
 }
 
-TEST(Cli, GpuCommandsSayWhenThereIsNoGpu) {
-  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
-  int status = 0;
-  const std::string out = run_command(kCli + " bench", &status);
-  if (out.find("no Hopper GPU present") == std::string::npos) GTEST_SKIP() << "a GPU is present: " << out.substr(0, 200);
-  EXPECT_EQ(status, 0);
-  const std::string usage = run_command(kCli + " frobnicate", &status);
-  EXPECT_EQ(status, 2);
-  EXPECT_NE(usage.find("usage: finegemm"), std::string::npos);
-}
-
-TEST(Cli, CheckFailsOnACorruptedOutput) {
-  // The checker and its exit code, on the CPU (scripts/device-check.sh runs the GPU version with --corrupt too).
-  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
-  int status = -1;
-  const std::string good = run_command(kCli + " check --cpu --cases 4 --seed 3", &status);
-  EXPECT_EQ(status, 0) << good;
-  EXPECT_NE(good.find("4 passed, 0 failed"), std::string::npos) << good;
-  const std::string bad = run_command(kCli + " check --cpu --cases 4 --seed 3 --corrupt", &status);
-  EXPECT_EQ(status, 1) << bad;
-  EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 3 --cases 1 --corrupt"), std::string::npos) << bad;
-}
-
 TEST(Cli, PlanPrintsTheHeuristicsPickWithoutAGpu) {
   if (kCli.empty()) GTEST_SKIP() << "CLI not built";
   int status = -1;
@@ -113,18 +265,11 @@ TEST(Cli, PlanPrintsTheHeuristicsPickWithoutAGpu) {
     std::ofstream f(dir / "one.csv");
     f << "kind,groups,m,n,k\nnormal,1,1,32768,512\n";
   }
-  out = run_command(kCli + " plan --shapes " + (dir / "one.csv").string() + " --m-range 1:600", &status);
+  out = run_command(kCli + " plan --shapes " + (dir / "one.csv").string() + " --m-range=1:600 --sms=132", &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("normal       1      1  32768    512 | BM=64 BN=128"), std::string::npos) << out;
   EXPECT_NE(out.find("normal       1    129  32768    512 | BM=256 BN=128"), std::string::npos) << out;
   EXPECT_EQ(out.find("normal       1      2  32768"), std::string::npos) << out;
-  // A bad range is an error that says what to pass.
-  out = run_command(kCli + " plan --m-range 9:3 2>&1", &status);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("plan: --m-range needs 1 <= LO <= HI"), std::string::npos) << out;
-  out = run_command(kCli + " warmup --m-range 1-8 2>&1", &status);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("warmup: --m-range needs 1 <= LO <= HI as LO:HI, got '1-8'"), std::string::npos) << out;
   fs::remove_all(dir);
 }
 
@@ -155,3 +300,102 @@ TEST(Shapes, UnsupportedShapesAreSetAsideWithTheirReason) {
   EXPECT_TRUE(ft::remove_unsupported(seed, true).empty());
   EXPECT_EQ(seed.size(), count);
 }
+
+TEST(Shapes, MalformedLinesAreRejectedWithTheirLineNumber) {
+  const struct {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"kind,groups,m,n,k\nnormal,1,64,576\n", "f.csv:2: expected kind,groups,m,n,k"},
+      {"kind,groups,m,n,k\n# note\ndense,1,64,576,256\n", "f.csv:3: kind must be normal, contiguous or masked"},
+      {"normal,1,-64,576,256\n", "f.csv:1: expected a non-negative integer, got '-64'"},
+      {"masked,0,64,576,256\n", "f.csv:1: groups must be in 1..65536"},
+      {"normal,2,64,576,256\n", "f.csv:1: normal GEMMs have groups=1"},
+  };
+  for (const auto& c : cases) {
+    try {
+      ft::parse_shapes(c.text, "f.csv");
+      ADD_FAILURE() << "accepted: " << c.text;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- the option parser -------------------------------------------------------------------------------------------
+
+namespace {
+
+ft::ParsedArgs parse(const ft::OptionSet& options, std::vector<const char*> words) {
+  return options.parse(int(words.size()), words.data());
+}
+
+ft::OptionSet example_options() {
+  return ft::OptionSet("demo")
+      .flag("fast")
+      .integer("count", -5, 5)
+      .number("seconds", 0, 10, true)
+      .word("mode", {"a", "b"})
+      .word_list("kinds", {"x", "y", "z"})
+      .integer_list("devices", 0, 7, "all")
+      .range("m-range", 1, 100);
+}
+
+}  // namespace
+
+TEST(CliArgs, ValuesAreConvertedAndDefaultsApply) {
+  const ft::ParsedArgs a = parse(example_options(), {"--count", "-3", "--seconds=2.5", "--mode", "b", "--kinds",
+                                                     "z,x", "--devices", "3,1", "--m-range", "2:2", "--fast"});
+  EXPECT_FALSE(a.help());
+  EXPECT_TRUE(a.flag("fast"));
+  EXPECT_EQ(a.integer("count", 0), -3);
+  EXPECT_DOUBLE_EQ(a.number("seconds", 1), 2.5);
+  EXPECT_EQ(a.text("mode", "a"), "b");
+  EXPECT_EQ(a.words("kinds", {}), (std::vector<std::string>{"z", "x"}));
+  EXPECT_EQ(a.integers("devices"), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(a.range("m-range", {1, 1}), std::make_pair(int64_t(2), int64_t(2)));
+  const ft::ParsedArgs d = parse(example_options(), {"--devices", "all"});
+  EXPECT_TRUE(d.has("devices"));
+  EXPECT_TRUE(d.integers("devices").empty());
+  EXPECT_FALSE(d.flag("fast"));
+  EXPECT_EQ(d.integer("count", 4), 4);
+  EXPECT_EQ(d.text("mode", "a"), "a");
+  EXPECT_THROW(d.integer("undeclared", 0), std::logic_error);
+  EXPECT_THROW(d.text("count", ""), std::logic_error);
+  EXPECT_TRUE(parse(example_options(), {"--count", "9", "-h"}).help());
+}
+
+TEST(CliArgs, EachKindRejectsWhatItDoesNotAccept) {
+  const struct {
+    std::vector<const char*> words;
+    const char* message;
+  } cases[] = {
+      {{"--count", "6"}, "finegemm demo: --count takes an integer in -5..5, got '6'"},
+      {{"--count", " 1"}, "finegemm demo: --count takes an integer in -5..5, got ' 1'"},
+      {{"--count", "99999999999999999999"}, "got '99999999999999999999'"},
+      {{"--seconds", "0"}, "finegemm demo: --seconds takes a number in (0, 10], got '0'"},
+      {{"--seconds", "nan"}, "--seconds takes a number in (0, 10], got 'nan'"},
+      {{"--seconds", "1s"}, "--seconds takes a number in (0, 10], got '1s'"},
+      {{"--mode="}, "finegemm demo: --mode takes one of a, b, got ''"},
+      {{"--kinds", "x,"}, "--kinds takes a comma list of distinct words from x, y, z, got 'x,'"},
+      {{"--devices", "8"}, "--devices takes 'all' or a comma list of distinct integers in 0..7, got '8'"},
+      {{"--devices", "all,1"}, "got 'all,1'"},
+      {{"--m-range", "3"}, "--m-range takes LO:HI with 1 <= LO <= HI <= 100, got '3'"},
+      {{"--m-range", "1:101"}, "got '1:101'"},
+      {{"--fast", "--fast"}, "finegemm demo: --fast given twice"},
+      {{"--fast=1"}, "finegemm demo: --fast takes no value, got '1'"},
+      {{"--mode"}, "finegemm demo: --mode takes one of a, b, got no value"},
+      {{"-"}, "finegemm demo: unknown option - (options: "},
+      {{""}, "finegemm demo: unexpected argument '' (options: "},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse(example_options(), c.words);
+      ADD_FAILURE() << "accepted: " << c.message;
+    } catch (const ft::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+}
+
