@@ -94,13 +94,13 @@ void print_command_usage(const std::string& command) {
 
 // ---- shared --------------------------------------------------------------------------------------------------------
 
-bool hopper_or_explain() {
+/// Prints one line on stderr and returns false when there is no Hopper GPU.
+bool hopper_or_explain(const char* command) {
   std::string why;
-  if (!ft::has_hopper_gpu(&why)) {
-    std::printf("finegemm: no Hopper GPU present (%s): nothing to run on this machine.\n", why.c_str());
-    return false;
-  }
-  return true;
+  if (ft::has_hopper_gpu(&why)) return true;
+  std::replace(why.begin(), why.end(), '\n', ' ');
+  std::fprintf(stderr, "finegemm %s: no Hopper GPU present (%s): %s needs one\n", command, why.c_str(), command);
+  return false;
 }
 
 const char* kind_name(fg::GemmKind k) {
@@ -197,7 +197,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
   // Operand data: quantized normals (a model's operands, as DeepGEMM's tests draw them) or uniform fp8 codes,
   // which flip more bits per product: where the card runs at its power cap, its clock is then lower.
   const std::string data = args.text("data", "normal");
-  if (!hopper_or_explain()) return 0;
+  if (!hopper_or_explain("bench")) return 1;
 
   const std::vector<ft::UnsupportedShape> skipped = ft::remove_unsupported(shapes, k_major);
   cudaStream_t stream;
@@ -350,7 +350,7 @@ int cmd_check_cpu(const ft::ParsedArgs& args) {
 
 int cmd_check(const ft::ParsedArgs& args) {
   if (args.flag("cpu")) return cmd_check_cpu(args);
-  if (!hopper_or_explain()) return 0;
+  if (!hopper_or_explain("check")) return 1;
   const uint64_t seed = uint64_t(args.integer("seed", 1));
   const int cases = int(args.integer("cases", 40));
   const bool corrupt = args.flag("corrupt");

@@ -392,7 +392,7 @@ int run_stress(int argc, char** argv) {
   }
   std::string why;
   if (!has_hopper_gpu(&why)) {
-    std::fprintf(stderr, "finegemm stress: no Hopper GPU present (%s): the stress test needs one.\n", why.c_str());
+    std::fprintf(stderr, "finegemm stress: no Hopper GPU present (%s): stress needs one\n", why.c_str());
     return 1;
   }
   const std::vector<int> ordinals = resolve_devices(opt, &why);

@@ -191,13 +191,25 @@ TEST(Cli, HelpExitsZeroForTheToolAndEachCommand) {
 
 // ---- without a GPU -----------------------------------------------------------------------------------------------
 
-TEST(Cli, GpuCommandsSayWhenThereIsNoGpu) {
+TEST(Cli, GpuCommandsExitOneWithOneLineWithoutAGpu) {
   if (kCli.empty()) GTEST_SKIP() << "CLI not built";
   std::string info;
-  if (has_gpu(&info)) GTEST_SKIP() << "a Hopper GPU is present (" << info << "): bench would run";
-  const CliRun r = run_cli("bench", fs::temp_directory_path());
-  EXPECT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("no Hopper GPU present"), std::string::npos) << r.out;
+  if (has_gpu(&info))
+    GTEST_SKIP() << "a Hopper GPU is present (" << info << "): the no-GPU exits of bench, check and stress cannot be "
+                 << "exercised on this machine";
+  const fs::path dir = temp_dir(), cache = dir / "cache";
+  fs::create_directories(cache);
+  for (const char* command : {"bench", "bench --ceiling", "check", "check --cases 3", "stress"}) {
+    const CliRun r = run_cli(command, dir, "FINEGEMM_CACHE_DIR='" + cache.string() + "'");
+    const std::string name = std::string(command).substr(0, std::string(command).find(' '));
+    EXPECT_EQ(r.status, 1) << command << ": " << r.out << r.err;
+    EXPECT_EQ(r.out, "") << command;
+    EXPECT_EQ(count_lines(r.err), 1u) << command << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("finegemm " + name + ": no Hopper GPU present (", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("): " + name + " needs one\n"), std::string::npos) << r.err;
+  }
+  EXPECT_TRUE(is_empty_dir(cache));
+  fs::remove_all(dir);
 }
 
 TEST(Cli, CheckFailsOnACorruptedOutput) {
