@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +17,7 @@
 
 #include "finegemm/finegemm.hpp"
 #include "jit/runtime.hpp"
+#include "lib/bench_csv.hpp"
 #include "lib/ceiling.hpp"
 #include "lib/cli_args.hpp"
 #include "lib/cublaslt_baseline.hpp"
@@ -48,7 +48,7 @@ struct CommandHelp {
 constexpr CommandHelp kHelp[] = {
     {"bench",
      "bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--flush memset|read|none]\n"
-     "          [--experts random|equal] [--data normal|uniform] [--ceiling]\n"
+     "          [--experts random|equal] [--data normal|uniform] [--ceiling] [--csv FILE]\n"
      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
      "          shape list (default: data/shapes/deepseek_v3.csv); needs a Hopper GPU. x cuBLT = cuBLASLt's time over\n"
      "          finegemm's. The first line names the card, the timer and the L2 flush.\n"
@@ -56,7 +56,13 @@ constexpr CommandHelp kHelp[] = {
      "            none (a warm L2)\n"
      "          --experts: rows per expert of the contiguous layout, random 0.5x..1.5x of M (default) or M each\n"
      "          --data: operands quantized from normal values (default) or uniform fp8 codes (more bit flips)\n"
-     "          --ceiling: also each shape's floor (its bytes moved alone, its wgmmas issued alone)\n"},
+     "          --ceiling: also each shape's floor (its bytes moved alone, its wgmmas issued alone)\n"
+     "          --csv FILE: also one row per shape in FILE. Line 1: '# finegemm bench; device=NAME; sms=N;\n"
+     "            timer=cupti|events; flush=memset|read|none; ...' (key=value pairs separated by '; '); line 2, the\n"
+     "            header: kind,groups,m,n,k,config,us,ev_us,tflops,gbps,pct_copy_bw,cublaslt_us,cublaslt_tflops,\n"
+     "            x_cublaslt,check and, with --ceiling, floor_bytes_us,floor_tensor_us,floor_us,floor_bound. Times\n"
+     "            in microseconds; cuBLASLt's columns are empty where it does not run (grouped kinds, M not a\n"
+     "            multiple of 4). scripts/plot_bench.py draws such files.\n"},
     {"check",
      "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked] [--corrupt] [--cpu]\n"
      "          correctness sweep over random and awkward shapes, each output checked against a reference; exits 1\n"
@@ -176,7 +182,8 @@ ft::OptionSet bench_options() {
       .word("flush", {"memset", "read", "none"})
       .word("experts", {"random", "equal"})
       .word("data", {"normal", "uniform"})
-      .flag("ceiling");
+      .flag("ceiling")
+      .output_file("csv");
 }
 
 int cmd_bench(const ft::ParsedArgs& args) {
@@ -197,6 +204,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
   // Operand data: quantized normals (a model's operands, as DeepGEMM's tests draw them) or uniform fp8 codes,
   // which flip more bits per product: where the card runs at its power cap, its clock is then lower.
   const std::string data = args.text("data", "normal");
+  const std::string csv_path = args.text("csv", "");
   if (!hopper_or_explain("bench")) return 1;
 
   const std::vector<ft::UnsupportedShape> skipped = ft::remove_unsupported(shapes, k_major);
@@ -222,6 +230,22 @@ int cmd_bench(const ft::ParsedArgs& args) {
               data == "normal" ? "normal values quantized per token (A) and per 128x128 block (B)"
                                : "uniform fp8 codes, scales 2^-10..2^10",
               experts == "equal" ? "M each" : "random, 0.5x..1.5x of M");
+  std::unique_ptr<ft::BenchCsv> csv;
+  if (!csv_path.empty())
+    csv = std::make_unique<ft::BenchCsv>(csv_path,
+                                         std::vector<std::pair<std::string, std::string>>{
+                                             {"version", fg::version()},
+                                             {"device", prop.name},
+                                             {"sms", std::to_string(fg::get_num_sms())},
+                                             {"timer", kernel_time ? "cupti" : "events"},
+                                             {"flush", flush},
+                                             {"iters", std::to_string(iters)},
+                                             {"sa", k_major ? "k" : "mn"},
+                                             {"data", data},
+                                             {"experts", experts},
+                                             {"copy_gbps", std::to_string(std::lround(copy_gbps))}},
+                                         with_ceiling);
+
   for (const ft::UnsupportedShape& u : skipped)
     std::printf("skipped %s %d %lld %lld %lld: %s\n", kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
                 (long long)u.shape.n, (long long)u.shape.k, u.reason.c_str());
@@ -285,10 +309,15 @@ int cmd_bench(const ft::ParsedArgs& args) {
                 t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
                 x_cublas, verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
+    ft::BenchRow row{s, config, t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps,
+                     cublas_us, cublas_tflops, verdict.ok};
     if (with_ceiling) {
       const ft::Ceiling c = ceiling_kernels->measure(problem, stream, iters, flush_l2, &flusher, time_source);
       ceiling_summary.add(s, c, problem.flops(), t.median_us, cublas_us, copy_gbps);
+      row.floor_bytes_us = c.stream_us;
+      row.floor_tensor_us = c.tensor_us;
     }
+    if (csv) csv->row(row);
     std::fflush(stdout);
   }
   std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n",
@@ -297,6 +326,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
   if (with_ceiling) ceiling_summary.print(flush);
   if (!skipped.empty())
     std::printf("%zu shapes skipped: no kernel configuration fits them (the lines before the table)\n", skipped.size());
+  if (csv) std::printf("rows written to %s\n", csv_path.c_str());
   std::printf("%d correctness failures\n", failures);
   FG_CUDA_CHECK(cudaStreamDestroy(stream));
   return failures == 0 ? 0 : 1;

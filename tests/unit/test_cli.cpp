@@ -1,7 +1,7 @@
 // The CLI on the CPU: every command rejects a bad command line with one line naming the option, before doing
 // anything; `finegemm warmup` compiles each kernel once when 4 processes share an empty cache, and a copied cache
-// directory is hit without recompiling; commands that need a GPU say so clearly; the shape files and the option
-// parser behind the commands.
+// directory is hit without recompiling; commands that need a GPU say so clearly; the shape files, the option parser
+// and the bench's CSV writer behind the commands.
 #include <gtest/gtest.h>
 
 #include "run_command.hpp"
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/bench_csv.hpp"
 #include "lib/cli_args.hpp"
 #include "lib/shapes.hpp"
 
@@ -101,8 +102,8 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
     std::string args;
     std::string message;  // the whole line on stderr starts with it
   } cases[] = {
-      {"bench --bogus", "finegemm bench: unknown option --bogus (options: --ceiling, --data, --experts, --flush, "
-                        "--iters, --kinds, --sa, --shapes)"},
+      {"bench --bogus", "finegemm bench: unknown option --bogus (options: --ceiling, --csv, --data, --experts, "
+                        "--flush, --iters, --kinds, --sa, --shapes)"},
       {"bench --power 5", "finegemm bench: unknown option --power ("},
       {"bench --iters", "finegemm bench: --iters takes an integer in 1..10000, got no value"},
       {"bench --iters --ceiling", "finegemm bench: --iters takes an integer in 1..10000, got no value"},
@@ -119,6 +120,9 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"bench --shapes " + (inputs / "missing.csv").string(),
        "finegemm bench: --shapes takes an existing file, got '" + (inputs / "missing.csv").string() + "'"},
       {"bench --ceiling=yes", "finegemm bench: --ceiling takes no value, got 'yes'"},
+      {"bench --csv " + (dir / "no-such-dir" / "out.csv").string(),
+       "finegemm bench: --csv takes a file path in an existing directory, got '" +
+           (dir / "no-such-dir" / "out.csv").string() + "'"},
       {"bench out.csv", "finegemm bench: unexpected argument 'out.csv' (options: "},
       {"check --cases -3", "finegemm check: --cases takes an integer in 1..1000000, got '-3'"},
       {"check --cpu --seed x1", "finegemm check: --seed takes an integer in 0..9223372036854775807, got 'x1'"},
@@ -182,6 +186,10 @@ TEST(Cli, HelpExitsZeroForTheToolAndEachCommand) {
       EXPECT_EQ(r.err, "");
     }
   }
+  // The bench's help documents the CSV it writes.
+  const CliRun bench = run_cli("bench --help", cwd);
+  EXPECT_NE(bench.out.find("'# finegemm bench; device=NAME"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("x_cublaslt,check"), std::string::npos) << bench.out;
   // No command at all: the usage on stderr, exit 2.
   const CliRun none = run_cli("", cwd);
   EXPECT_EQ(none.status, 2);
@@ -199,7 +207,7 @@ TEST(Cli, GpuCommandsExitOneWithOneLineWithoutAGpu) {
                  << "exercised on this machine";
   const fs::path dir = temp_dir(), cache = dir / "cache";
   fs::create_directories(cache);
-  for (const char* command : {"bench", "bench --ceiling", "check", "check --cases 3", "stress"}) {
+  for (const char* command : {"bench", "bench --ceiling --csv out.csv", "check", "check --cases 3", "stress"}) {
     const CliRun r = run_cli(command, dir, "FINEGEMM_CACHE_DIR='" + cache.string() + "'");
     const std::string name = std::string(command).substr(0, std::string(command).find(' '));
     EXPECT_EQ(r.status, 1) << command << ": " << r.out << r.err;
@@ -207,6 +215,7 @@ TEST(Cli, GpuCommandsExitOneWithOneLineWithoutAGpu) {
     EXPECT_EQ(count_lines(r.err), 1u) << command << ": " << r.err;
     EXPECT_EQ(r.err.rfind("finegemm " + name + ": no Hopper GPU present (", 0), 0u) << r.err;
     EXPECT_NE(r.err.find("): " + name + " needs one\n"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "out.csv")) << command;
   }
   EXPECT_TRUE(is_empty_dir(cache));
   fs::remove_all(dir);
@@ -411,3 +420,38 @@ TEST(CliArgs, EachKindRejectsWhatItDoesNotAccept) {
   }
 }
 
+// ---- the bench's CSV ---------------------------------------------------------------------------------------------
+
+TEST(BenchCsv, ConditionsLineHeaderAndRowsWithEmptyFieldsForWhatWasNotMeasured) {
+  const fs::path dir = temp_dir();
+  const std::vector<std::pair<std::string, std::string>> conditions = {
+      {"device", "NVIDIA H100 80GB HBM3"}, {"timer", "cupti"}, {"flush", "memset"}};
+  ft::BenchRow dense{{GemmKind::kNormal, 1, 4096, 7168, 16384}, "BM=256 BN=128 stages=3 grid=132",
+                     500.0, 503.25, 1924.2, 450.5, 15.0, 600.0, 1603.5, true};
+  dense.floor_bytes_us = 100.0;
+  dense.floor_tensor_us = 420.0;
+  const ft::BenchRow grouped{{GemmKind::kGroupedMasked, 4, 256, 4096, 7168}, "BM=64, BN=\"128\"", 40.0, 43.0,
+                             1.0, 2.0, 3.0, 0, 0, false};
+  {
+    ft::BenchCsv csv((dir / "a.csv").string(), conditions, true);
+    csv.row(dense);
+    csv.row(grouped);
+  }
+  EXPECT_EQ(read_text(dir / "a.csv"),
+            "# finegemm bench; device=NVIDIA H100 80GB HBM3; timer=cupti; flush=memset\n"
+            "kind,groups,m,n,k,config,us,ev_us,tflops,gbps,pct_copy_bw,cublaslt_us,cublaslt_tflops,x_cublaslt,check,"
+            "floor_bytes_us,floor_tensor_us,floor_us,floor_bound\n"
+            "normal,1,4096,7168,16384,BM=256 BN=128 stages=3 grid=132,500.00,503.25,1924.2,450.5,15.0,600.00,1603.5,"
+            "1.2000,ok,100.00,420.00,420.00,tensor\n"
+            "masked,4,256,4096,7168,\"BM=64, BN=\"\"128\"\"\",40.00,43.00,1.0,2.0,3.0,,,,FAIL,,,,\n");
+  {
+    ft::BenchCsv csv((dir / "b.csv").string(), conditions, false);
+    csv.row(dense);
+  }
+  const std::string b = read_text(dir / "b.csv");
+  EXPECT_NE(b.find("x_cublaslt,check\nnormal,"), std::string::npos) << b;
+  EXPECT_NE(b.find(",1.2000,ok\n"), std::string::npos) << b;
+  EXPECT_THROW(ft::BenchCsv((dir / "c.csv").string(), {{"device", "a;b"}}, false), std::invalid_argument);
+  EXPECT_THROW(ft::BenchCsv((dir / "no-dir" / "d.csv").string(), conditions, false), std::runtime_error);
+  fs::remove_all(dir);
+}
