@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One command on a Hopper GPU host: configure, build with all cores, run every GPU test, the sanitizers on the
-# reduced set, and the benchmark; logs and a summary land in the output directory.
+# One command on a Hopper GPU host: configure, build with all cores, run every GPU test, the checker, the warm-up,
+# the benchmark (with each shape's floor, and its CSV and plot), the Python binding, the stress runs and the
+# sanitizers on the reduced set; logs and a summary land in the output directory.
 #   scripts/device-check.sh [OUT_DIR]      (default: $OUT, else ./device-check-out)
 # Steps left out with =1: FINEGEMM_SKIP_GPU_TESTS, _CHECK (checker and warm-up), _BENCH, _BENCH_READ_FLUSH, _STRESS
 # (multi-process check, up to 7 minutes), _SANITIZERS (several minutes), _PYTHON; FINEGEMM_BENCH_ARGS adds bench
@@ -39,7 +40,7 @@ run_step() {  # name, timeout seconds, command...
 
 if [ "${FINEGEMM_SKIP_GPU_TESTS:-0}" != 1 ]; then
 run_step gpu-tests 300 "$BUILD/tests/finegemm_gpu_tests" --gtest_color=no
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[tail\]|^\[overhead\]|^\[padding\]|^\[flush\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[overhead\]|^\[padding\]|^\[flush\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
 fi
 
 if [ "${FINEGEMM_SKIP_CHECK:-0}" != 1 ]; then
@@ -48,7 +49,7 @@ if [ "${FINEGEMM_SKIP_CHECK:-0}" != 1 ]; then
   # The checker must catch a corrupted output (exit 1).
   timeout 60 "$BUILD/finegemm" check --cases 2 --corrupt > /dev/null 2>&1
   summary "check --corrupt: rc=$? (1 expected)"
-  # Issue 5: warm-up of every DeepSeek-V3 shape for M in 1..8192, on an empty cache, all cores.
+  # Warm-up of every DeepSeek-V3 shape for M in 1..8192, on an empty cache, all cores.
   rm -rf /tmp/finegemm-warmup-cache
   FINEGEMM_CACHE_DIR=/tmp/finegemm-warmup-cache timeout 300 "$BUILD/finegemm" warmup --m-range 1:8192 --sms 132 \
     > "$OUT_DIR/warmup.log" 2>&1
@@ -56,10 +57,16 @@ if [ "${FINEGEMM_SKIP_CHECK:-0}" != 1 ]; then
 fi
 
 if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
-  # With each shape's floor (--ceiling: its bytes moved alone, its wgmmas issued alone; docs/performance.md).
-  run_step bench 300 "$BUILD/finegemm" bench --ceiling ${FINEGEMM_BENCH_ARGS:-}
+  # With each shape's floor (--ceiling: its bytes moved alone, its wgmmas issued alone; docs/performance.md), the
+  # rows also in bench.csv, drawn into bench.png where matplotlib is installed.
+  run_step bench 300 "$BUILD/finegemm" bench --ceiling --csv "$OUT_DIR/bench.csv" ${FINEGEMM_BENCH_ARGS:-}
   sed -n '/^kind /,$p' "$OUT_DIR/bench.log" >> "$OUT_DIR/summary.txt"
-  # The same table after an L2 flush that leaves clean lines (the anchors were measured after a memset).
+  if [ -s "$OUT_DIR/bench.csv" ] && python3 -c "import matplotlib" 2> /dev/null; then
+    python3 scripts/plot_bench.py "$OUT_DIR/bench.csv" -o "$OUT_DIR/bench.png" > "$OUT_DIR/plot.log" 2>&1
+    summary "plot: rc=$? $OUT_DIR/bench.png"
+  fi
+  # The same table after an L2 flush that leaves clean lines (a memset leaves dirty lines that the timed kernel
+  # writes back).
   if [ "${FINEGEMM_SKIP_BENCH_READ_FLUSH:-0}" != 1 ]; then
     run_step bench-read-flush 300 "$BUILD/finegemm" bench --flush read --ceiling ${FINEGEMM_BENCH_ARGS:-}
     sed -n '/^kind /,$p' "$OUT_DIR/bench-read-flush.log" >> "$OUT_DIR/summary.txt"
@@ -82,7 +89,7 @@ if [ "${FINEGEMM_SKIP_PYTHON:-0}" != 1 ]; then
 fi
 
 if [ "${FINEGEMM_SKIP_STRESS:-0}" != 1 ]; then
-  # Issue 8: 16 processes on one empty cache, every GPU alternately and one process per GPU, 8 threads for 60 s.
+  # 16 processes on one empty cache, every GPU alternately and one process per GPU, 8 threads for 60 s.
   run_step multi-process 420 scripts/multi-process-check.sh "$BUILD/finegemm" "$OUT_DIR/multi-process"
   cat "$OUT_DIR/multi-process/summary.txt" >> "$OUT_DIR/summary.txt"
 fi
@@ -90,5 +97,8 @@ fi
 if [ "${FINEGEMM_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/sanitize.sh "$BUILD" "$OUT_DIR" | tee -a "$OUT_DIR/summary.txt"
 fi
-# At most 8 files come back from the device tool: keep the summary and the bench table, pack the rest.
-(cd "$OUT_DIR" && tar czf logs.tgz --exclude=summary.txt --exclude=bench.log --exclude=logs.tgz -- * && find . -maxdepth 1 -type f ! -name summary.txt ! -name bench.log ! -name logs.tgz -delete)
+# At most 8 files come back from the device tool: keep the summary, the bench table, its CSV and plot, pack the rest.
+(cd "$OUT_DIR" && tar czf logs.tgz --exclude=summary.txt --exclude=bench.log --exclude=bench.csv --exclude=bench.png \
+   --exclude=logs.tgz -- * &&
+   find . -maxdepth 1 -type f ! -name summary.txt ! -name bench.log ! -name bench.csv ! -name bench.png \
+     ! -name logs.tgz -delete)
