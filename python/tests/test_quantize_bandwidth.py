@@ -2,8 +2,8 @@
 
 Bytes counted once each: the bf16 input read, the fp8 output and the fp32 scales written. Copy bandwidth: a
 device-to-device copy of a 1 GiB buffer in the same process (bytes read + written, CUDA events: the copy is long
-enough that launch gaps do not count). Quantizer time: KERNEL time from the torch profiler (CUPTI records, the way the
-anchors were measured), the L2 flushed (a 256 MiB fill) before each call, median of 50 calls.
+enough that launch gaps do not count). Quantizer time: KERNEL time from the torch profiler (CUPTI records, as `finegemm
+bench` times the GEMMs), the L2 flushed (a 256 MiB fill) before each call, median of 50 calls.
 
 CUDA events around a Python call are not used for the quantizer: a call's host work (allocating the outputs, the
 binding) takes about as long as the ~30 us kernel, so the GPU sits idle between the start event and the launch and

@@ -82,9 +82,6 @@ std::vector<ProblemShape> read_shape_file(const std::string& path) {
 std::string find_data_file(const std::string& relative) {
   namespace fs = std::filesystem;
   std::vector<fs::path> roots;
-#ifdef FINEGEMM_SOURCE_DIR
-  roots.emplace_back(FINEGEMM_SOURCE_DIR);
-#endif
   char exe[4096] = {};
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (len > 0) {
