@@ -67,6 +67,13 @@ uint64_t steady_high_word(uint64_t low_word, uint64_t high_word, uint64_t next_l
   return (high_word & ~(kReuseA | kReuseB | kReuseC)) | kNoYieldBit | reuse;
 }
 
+// The high word of an FFMA that yields inside its run: yield, and no reuse flag (ptxas never emits one on a yielding
+// instruction). Stall count 0 is left as compiled, as above.
+uint64_t yielding_high_word(uint64_t high_word) {
+  if (((high_word >> kStallShift) & kStallMask) == 0) return high_word;
+  return high_word & ~(kReuseA | kReuseB | kReuseC | kNoYieldBit);
+}
+
 void check_options(const SteadyPassOptions& options) {
   check_arg(options.min_run_length >= 1, kWhere, "min_run_length must be >= 1, got ", options.min_run_length);
 }
@@ -104,7 +111,9 @@ PassReport run_pass(const std::vector<char>& cubin, const SteadyPassOptions& opt
         FfmaRun run{code.kernel, idx * kInstructionBytes, length, 0};
         // Every FFMA but the run's last (its successor is not an FFMA of the run), from the input's words.
         for (uint64_t i = idx; i + 1 < end; ++i) {
-          const uint64_t steady = steady_high_word(low_word(i), high_word(i), low_word(i + 1), high_word(i + 1));
+          const bool yields = (i - idx + 1) % kYieldEvery == 0;
+          const uint64_t steady = yields ? yielding_high_word(high_word(i))
+                                         : steady_high_word(low_word(i), high_word(i), low_word(i + 1), high_word(i + 1));
           if (steady == high_word(i)) continue;
           ++run.modified;
           if (output) store_word(output->data() + code.offset + i * kInstructionBytes + 8, steady);

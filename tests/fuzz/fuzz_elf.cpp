@@ -4,8 +4,9 @@
 // headers promise for malformed input; kInternal would mean a bounds check caught what validation missed). On
 // success the results must be self-consistent:
 //   parse_elf        every section and code section lies inside the input, code sections do not overlap;
-//   steady_ffma_pass the output has the input's size, differs only in bit 109 (no yield), which it only sets, and the
-//                    reuse bits 122-124, only in register-form FFMAs followed by another in the same code section;
+//   steady_ffma_pass the output has the input's size, differs only in bit 109 (no yield), which it clears only where
+//                    it clears the reuse bits 122-124 too (a yield point), and the reuse bits, only in register-form
+//                    FFMAs followed by another in the same code section;
 //                    changes exactly `num_modified` instructions, agrees with analyze_ffma_runs, and is a fixed
 //                    point of the pass.
 #include <algorithm>
@@ -121,7 +122,11 @@ int count_changed_instructions(const std::vector<char>& input, const std::vector
     const uint64_t within = (at - c->offset) % kInstructionBytes;
     const unsigned char allowed = within == kYieldByte ? kYieldMask : within == kReuseByte ? kReuseMask : 0;
     require(((before ^ after) & ~allowed) == 0, "the pass changed a bit other than the yield and reuse bits");
-    if (within == kYieldByte) require((before & ~after) == 0, "the pass cleared a no-yield bit (it may only set it)");
+    if (within == kYieldByte && (before & ~after) != 0) {
+      const uint64_t instruction = c->offset + (at - c->offset) / kInstructionBytes * kInstructionBytes;
+      require((static_cast<unsigned char>(output[instruction + kReuseByte]) & kReuseMask) == 0,
+              "the pass cleared a no-yield bit but left a reuse flag (a yielding FFMA must reuse nothing)");
+    }
     const uint64_t instruction = c->offset + (at - c->offset) / kInstructionBytes * kInstructionBytes;
     if (instruction != last_instruction) {
       require(is_ffma_registers(input, instruction), "the pass changed an instruction that is no register-form FFMA");

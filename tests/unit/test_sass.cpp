@@ -35,6 +35,8 @@ using finegemm::Error;
 using finegemm::sass::analyze_ffma_runs;
 using finegemm::sass::ElfImage;
 using finegemm::sass::FfmaRun;
+using finegemm::sass::kPassVersion;
+using finegemm::sass::kYieldEvery;
 using finegemm::sass::parse_elf;
 using finegemm::sass::PassReport;
 using finegemm::sass::steady_ffma_pass;
@@ -634,17 +636,25 @@ TEST(SassSteadyPass, FindsThePromotionRun) {
   ASSERT_NE(promotion, nullptr) << compiled.to_string();
   // One FFMA per accumulator register; ptxas keeps them back to back after the wgmma wait.
   EXPECT_EQ(promotion->length, kPromotionBlockN / 2) << compiled.to_string();
-  // ptxas compiles the test kernels' runs without yields, with the reuse flags the rule gives: nothing to change.
-  EXPECT_EQ(compiled.num_modified, 0) << compiled.to_string();
+  // ptxas compiles the test kernels' runs without yields, with the reuse flags the rule gives: the pass changes only
+  // the FFMAs that yield every kYieldEvery (positions 31, 63, ... of a run, not its last).
+  int yield_points = 0;
+  for (const FfmaRun& run : compiled.runs) yield_points += (run.length - 1) / kYieldEvery;
+  ASSERT_GT(yield_points, 0) << "no run of the test kernels is longer than " << kYieldEvery << " FFMAs";
+  EXPECT_EQ(compiled.num_modified, yield_points) << compiled.to_string();
+  EXPECT_EQ(promotion->modified, (promotion->length - 1) / kYieldEvery) << compiled.to_string();
   EXPECT_NE(compiled.to_string().find("promote"), std::string::npos);
-  EXPECT_NE(compiled.to_string().find("steady FFMA pass (v3)"), std::string::npos) << compiled.to_string();
+  EXPECT_NE(compiled.to_string().find("steady FFMA pass (v" + std::to_string(kPassVersion) + ")"), std::string::npos)
+      << compiled.to_string();
 
-  // Where every other FFMA yields (positions 1, 3, ..., 61 of 64), the pass rewrites each of them.
+  // Where every other FFMA yields (positions 1, 3, ..., 61 of 64), the pass rewrites each of them but the yield point
+  // at position 31, which already yields without reuse.
   const PassReport yielding = analyze_ffma_runs(yielding_cubin());
   promotion = promotion_run(yielding);
   ASSERT_NE(promotion, nullptr) << yielding.to_string();
   EXPECT_EQ(promotion->length, kPromotionBlockN / 2);
-  EXPECT_EQ(promotion->modified, (promotion->length - 1) / 2) << yielding.to_string();
+  EXPECT_EQ(promotion->modified, (promotion->length - 1) / 2 - (promotion->length - 1) / kYieldEvery)
+      << yielding.to_string();
 }
 
 TEST(SassSteadyPass, OnlyTheRunsControlBitsChange) {
@@ -654,14 +664,16 @@ TEST(SassSteadyPass, OnlyTheRunsControlBitsChange) {
   ASSERT_EQ(after.size(), before.size());
   ASSERT_GT(report.num_modified, 0) << report.to_string();
 
-  // The high words of every FFMA of a run but its last may change; nothing else may.
-  std::set<uint64_t> candidates;
+  // The high words of every FFMA of a run but its last may change; nothing else may. Every kYieldEvery-th FFMA of a
+  // run yields, without reuse; the others do not yield.
+  std::set<uint64_t> candidates, yield_points;
   std::set<uint64_t> last_of_run;
   const ElfImage image = parse_elf(before);
   for (const FfmaRun& run : report.runs)
     for (int i = 0; i < run.length; ++i) {
       const uint64_t high_at = code_offset(image, run.kernel) + run.first_offset + 16 * uint64_t(i) + 8;
       (i + 1 < run.length ? candidates : last_of_run).insert(high_at);
+      if (i + 1 < run.length && (i + 1) % kYieldEvery == 0) yield_points.insert(high_at);
     }
   int changed = 0;
   for (uint64_t at = 0; at + 8 <= before.size(); at += 8) {
@@ -672,14 +684,23 @@ TEST(SassSteadyPass, OnlyTheRunsControlBitsChange) {
     }
     changed += x != y;
     EXPECT_EQ(x & ~(kNoYieldBitHigh | kReuseBitsHigh), y & ~(kNoYieldBitHigh | kReuseBitsHigh)) << "at byte " << at;
-    EXPECT_NE(y & kNoYieldBitHigh, 0u) << "an FFMA of a run still yields, at byte " << at;
+    if (yield_points.count(at)) {
+      EXPECT_EQ(y & (kNoYieldBitHigh | kReuseBitsHigh), 0u) << "a yield point does not yield, or reuses, at byte " << at;
+    } else {
+      EXPECT_NE(y & kNoYieldBitHigh, 0u) << "an FFMA of a run still yields, at byte " << at;
+    }
   }
   for (uint64_t at = before.size() / 8 * 8; at < before.size(); ++at) EXPECT_EQ(before[at], after[at]);
   EXPECT_EQ(changed, report.num_modified);
   EXPECT_FALSE(last_of_run.empty());
+  ASSERT_FALSE(yield_points.empty());
 
-  // ptxas compiled the test kernels' runs without yields: the steady pass gives back exactly its encoding.
-  EXPECT_EQ(after, gemm_like_cubin());
+  // ptxas compiled the test kernels' runs without yields: the steady pass gives back exactly its encoding, but at the
+  // yield points, which yield without reuse.
+  std::vector<char> expected = gemm_like_cubin();
+  for (uint64_t at : yield_points)
+    patch<uint64_t>(expected, at, load_u64(expected, at) & ~(kNoYieldBitHigh | kReuseBitsHigh));
+  EXPECT_EQ(after, expected);
   // The output reads back with the same section table, and the analysis of the input predicted the rewrite.
   const ElfImage out = parse_elf(after);
   EXPECT_EQ(image.sections, out.sections);
@@ -760,7 +781,7 @@ TEST(SassSteadyPassNvdisasm, ListingsDifferOnlyInTheRunsYieldAndReuse) {
 
   // FFMA runs and the instructions that may change (each FFMA of a run but its last), found from nvdisasm's text (not
   // from the library's opcode match).
-  std::set<std::pair<std::string, uint64_t>> rewritable;
+  std::set<std::pair<std::string, uint64_t>> rewritable, yield_points;
   int num_ffma = 0, num_runs = 0;
   for (size_t i = 0; i < a.instructions.size();) {
     if (!ffma_register_sources(a.instructions[i].text)) {
@@ -780,6 +801,7 @@ TEST(SassSteadyPassNvdisasm, ListingsDifferOnlyInTheRunsYieldAndReuse) {
         const SassInstruction& inst = a.instructions[j];
         ASSERT_NE((inst.high >> kStallShiftHigh) & 0xf, 0u) << "stall 0 in a run: " << inst.text;
         rewritable.insert({inst.section, inst.offset});
+        if ((j - i + 1) % kYieldEvery == 0) yield_points.insert({inst.section, inst.offset});
       }
     }
     i = end;
@@ -802,7 +824,7 @@ TEST(SassSteadyPassNvdisasm, ListingsDifferOnlyInTheRunsYieldAndReuse) {
       EXPECT_TRUE(rewritable.count({x.section, x.offset})) << "changed: " << x.section << " " << x.offset << " "
                                                            << x.text;
       EXPECT_EQ(x.high & ~(kNoYieldBitHigh | kReuseBitsHigh), y.high & ~(kNoYieldBitHigh | kReuseBitsHigh)) << x.text;
-      EXPECT_NE(y.high & kNoYieldBitHigh, 0u) << "still yields: " << y.text;
+      EXPECT_EQ((y.high & kNoYieldBitHigh) == 0, yield_points.count({x.section, x.offset}) == 1) << y.text;
     } else {
       EXPECT_EQ(y.text, x.text);
     }
@@ -856,9 +878,12 @@ TEST(SassSteadyPassNvdisasm, ReuseFlagsNameWhatTheNextFfmaReads) {
         const auto next = *ffma_register_sources(b.instructions[j + 1].text);
         const size_t name_end = inst.text.find(' ', inst.text.find("FFMA"));
         const std::string dest = inst.text.substr(name_end + 1, inst.text.find(',', name_end) - name_end - 1);
-        EXPECT_NE(inst.high & kNoYieldBitHigh, 0u) << "yields: " << inst.text;
+        // Every kYieldEvery-th FFMA of the run yields and reuses nothing; the others do not yield.
+        const bool yield_point = (j - i + 1) % kYieldEvery == 0;
+        EXPECT_EQ((inst.high & kNoYieldBitHigh) == 0, yield_point) << inst.text;
         for (int k = 0; k < 3; ++k) {
-          const bool same = reg(here[k]) == reg(next[k]) && reg(here[k]) != "RZ" && reg(here[k]) != dest;
+          const bool same =
+              !yield_point && reg(here[k]) == reg(next[k]) && reg(here[k]) != "RZ" && reg(here[k]) != dest;
           EXPECT_EQ(here[k].ends_with(".reuse"), same) << inst.text << " then " << b.instructions[j + 1].text;
           num_reused += here[k].ends_with(".reuse");
         }
