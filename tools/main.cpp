@@ -304,10 +304,14 @@ int cmd_bench(const ft::ParsedArgs& args) {
       if (s.kind == fg::GemmKind::kNormal) log_cublas_normal += std::log(x_cublas), ++n_cublas_normal;
     }
     const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
-    std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %8.1f %7.0f | %7.2f | %s\n",
+    // Where cuBLASLt did not run (grouped shapes, M not a multiple of 4, a shape it rejects), its columns print '-'.
+    char baseline[48] = "       -       - |       -";
+    if (x_cublas > 0)
+      std::snprintf(baseline, sizeof(baseline), "%8.1f %7.0f | %7.2f", cublas_us, cublas_tflops, x_cublas);
+    std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %s | %s\n",
                 kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
-                t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, cublas_us, cublas_tflops,
-                x_cublas, verdict.ok ? "ok" : "FAIL");
+                t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, baseline,
+                verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
     ft::BenchRow row{s, config, t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps,
                      cublas_us, cublas_tflops, verdict.ok};
