@@ -71,7 +71,8 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
 
 struct LaunchPlan {
   CUfunction function = nullptr;
-  device::GemmArgs args{};
+  device::GemmArgs args{};      ///< a plain launch's
+  device::GemmArgs pdl_args{};  ///< a launch with programmatic dependent launch: args, and B's L2 prefetch
   KernelConfig config;
 };
 
@@ -95,6 +96,28 @@ CUtensorMapSwizzle swizzle_for_bytes(uint32_t bytes) {
     case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
     default: return CU_TENSOR_MAP_SWIZZLE_NONE;
   }
+}
+
+/// How many clusters of `cfg` the device runs at once (at least 1).
+int max_active_clusters(CUfunction function, const KernelConfig& cfg) {
+  CUlaunchAttribute cluster{};
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = uint32_t(cfg.cluster_size());
+  cluster.value.clusterDim.y = 1;
+  cluster.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = uint32_t(cfg.grid);
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = uint32_t(cfg.num_threads);
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = uint32_t(cfg.smem_bytes);
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  check_cu(driver().cuOccupancyMaxActiveClusters(&clusters, function, &config), "cuOccupancyMaxActiveClusters");
+  return std::max(1, clusters);
 }
 
 Problem problem_of(const GemmCall& c) {
@@ -123,13 +146,17 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     plan->config.wide_tail = false;
   }
   const KernelConfig& cfg = plan->config;
+  auto binary = rt.binary(gemm_spec(cfg));
+  plan->function = rt.function(*binary);
+  // A clustered grid launches no more clusters than fit on the device at once (the SMs of a GPC need not divide by
+  // the cluster size): a persistent CTA then never waits for another to leave its SM.
+  if (cfg.cluster_size() > 1)
+    plan->config.grid = std::min(cfg.grid, cfg.cluster_size() * max_active_clusters(plan->function, cfg));
   if (ctx.settings().print_configs)
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
                  c.kind == GemmKind::kNormal ? "gemm" : (c.kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked"),
                  static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
                  cfg.describe().c_str());
-  auto binary = rt.binary(gemm_spec(cfg));
-  plan->function = rt.function(*binary);
 
   device::GemmArgs& args = plan->args;
   const int64_t kb = (c.k + 127) / 128;
@@ -177,6 +204,9 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
   args.b_pairs = cfg.b_pairs ? 1u : 0u;
   args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
+  args.prefetch_b_boxes = 0;
+  plan->pdl_args = args;
+  plan->pdl_args.prefetch_b_boxes = uint32_t(cfg.prefetch_b_boxes);
   return plan;
 }
 
@@ -201,10 +231,11 @@ void launch(const LaunchPlan& plan, Stream stream) {
     a.value.clusterDim.y = 1;
     a.value.clusterDim.z = 1;
   }
-  if (Context::instance().pdl()) num_attrs += set_pdl_attribute(attrs[num_attrs]);
+  const bool pdl = Context::instance().pdl();
+  if (pdl) num_attrs += set_pdl_attribute(attrs[num_attrs]);
   config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
   config.numAttrs = num_attrs;
-  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
+  void* params[] = {const_cast<device::GemmArgs*>(pdl ? &plan.pdl_args : &plan.args)};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }
 

@@ -66,11 +66,12 @@ constexpr int64_t kBlockM256MinKContiguous = 4096;
 // partial-sum exchange) is charged as:
 constexpr double kSplitKOverheadUs = 1.0;
 constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
-// With the exchange through st.async (64x2112x7168 11.8 -> 10.9 us), the unsplit 64x16 tiles ran 10.4-10.5 us at
-// 64x2112x7168, where their 132 tiles fill the SMs in one wave, against 10.4 at 64x1536x7168 (96 tiles; split-K 9.4)
-// and 128x576x7168 (split-K 8.0). So split-K is left out when an unsplit 64-row tile at most 32 wide fills at least
-// this share of the SMs in one wave:
-constexpr double kSplitKMaxUnsplitFill = 0.95;
+// On an H200 (kernel us, after the memset flush, two rounds) split-K also wins where the unsplit tiles fill the SMs in
+// one wave, and with 128-row tiles 32 wide: 64x2112x7168 9.2, 9.2 (64x32 split) against 10.2, 10.1 (132 unsplit 64x16
+// tiles); 128x2112x7168 10.3, 10.2 (128x32 split) against 10.8, 10.8 (132 unsplit 64x32 tiles). Wider split tiles lost
+// there (64x64 9.6, 128x64 12.9, 64x96 10.9, 64x128 11.5; 64x4096x7168 with 64x64 13.2 against 11.8 unsplit), and so
+// did clusters of 4 CTAs over a quarter of K each (64x2112x7168: 64x80 10.3, 64x64 12.1 with only 30 such clusters
+// resident at once).
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
@@ -168,10 +169,12 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
 
 std::string KernelConfig::describe() const {
   std::ostringstream os;
-  os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages << (split_k > 1 ? " split-K" : "")
+  os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages
+     << (split_k > 1 ? " split-K=" + std::to_string(split_k) : std::string())
      << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
-     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "") << " grid=" << grid
+     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "")
+     << (prefetch_b_boxes > 0 ? " pdl:B-prefetch=" + std::to_string(prefetch_b_boxes) : std::string()) << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -188,7 +191,7 @@ ConfigConstraints parse_constraints(const std::string& text) {
   ConfigConstraints c;
   c.text = text;
   constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, prefetch";
   std::istringstream fields(text);
   for (std::string field; std::getline(fields, field, ',');) {
     const size_t eq = field.find('=');
@@ -205,8 +208,12 @@ ConfigConstraints parse_constraints(const std::string& text) {
       c.b_pairs = value == "1" ? 1 : 0;
       continue;
     }
+    if (name == "prefetch" && value == "0") {
+      c.prefetch = 0;
+      continue;
+    }
     int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages
-                : name == "split" ? &c.split_k : nullptr;
+                : name == "split" ? &c.split_k : name == "prefetch" ? &c.prefetch : nullptr;
     check_arg(target != nullptr, kWhere, "unknown field '", name, "' (", kFields, ")");
     size_t used = 0;
     int v = 0;
@@ -221,17 +228,6 @@ ConfigConstraints parse_constraints(const std::string& text) {
   return c;
 }
 
-namespace {
-/// The largest share of the SMs that one wave of unsplit 64-row tiles 16 or 32 columns wide fills (0 if none fits).
-double unsplit_one_wave_fill(int64_t rows, int64_t n, int num_sms) {
-  double best = 0.0;
-  for (int64_t block_n : {16, 32}) {
-    const int64_t tiles = ceil_div(rows, 64) * ceil_div(n, block_n);
-    if (tiles <= num_sms) best = std::max(best, double(tiles) / double(num_sms));
-  }
-  return best;
-}
-}  // namespace
 
 uint32_t sa_mode_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
@@ -250,7 +246,6 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   std::vector<Candidate> out;
   const uint32_t sa_mode = sa_mode_for(p);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
-  const bool unsplit_fills_one_wave = unsplit_one_wave_fill(rows, p.n, num_sms) >= kSplitKMaxUnsplitFill;
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
   const bool forced_256 = constraints.block_m == 256;
   for (int block_m : {64, 128, 256}) {
@@ -266,7 +261,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         c.split_k = split;
         c.sa_mode = sa_mode;
         c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
-        c.grid = std::max(1, num_sms - (split == 2 ? num_sms % 2 : 0));
+        c.grid = std::max(1, num_sms - num_sms % split);
         const int64_t m_blocks = ceil_div(rows, block_m);
         const int64_t n_blocks = ceil_div(p.n, block_n);
         // Filters, each with its reason.
@@ -291,18 +286,19 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                    !forced_256) {
           cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
                           "slower than 128-row tiles, equal experts or not";
-        } else if (split == 2 && p.kind != GemmKind::kNormal) {
+        } else if (split > 1 && p.kind != GemmKind::kNormal) {
           cand.rejected = "split-K is for dense GEMMs";
-        } else if (split == 2 && ceil_div(p.k, 128) % 2 != 0) {
-          cand.rejected = "split-K halves the K blocks: needs an even number of them";
-        } else if (split == 2 && (block_m != 64 || (block_n != 16 && block_n != 32) || p.k < kSplitKMinK)) {
-          cand.rejected = "split-K measured faster only with 64-row tiles 16 or 32 columns wide, at K=7168";
-        } else if (split == 2 && m_blocks * n_blocks > int64_t(c.grid / 2)) {
-          cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per 2-CTA cluster)";
-        } else if (split == 2 && unsplit_fills_one_wave && constraints.split_k != 2) {
-          cand.rejected = "unsplit 64-row tiles fill the SMs in one wave (measured as fast)";
-        } else if (split == 2 && num_sms < 2) {
-          cand.rejected = "a cluster of 2 needs 2 SMs";
+        } else if (split > 1 && ceil_div(p.k, 128) % split != 0) {
+          cand.rejected = "split-K gives each CTA of the cluster an equal share of the K blocks";
+        } else if (split == 2 && !((block_m == 64 && block_n <= 32) || (block_m == 128 && block_n == 32)) &&
+                   constraints.split_k != 2) {
+          cand.rejected = "split-K measured faster only with 64x16, 64x32 and 128x32 tiles";
+        } else if (split == 2 && p.k < kSplitKMinK && constraints.split_k != 2) {
+          cand.rejected = "split-K measured faster only at K >= 7168";
+        } else if (split > 1 && m_blocks * n_blocks > int64_t(c.grid / split)) {
+          cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per cluster)";
+        } else if (split > 1 && num_sms < split) {
+          cand.rejected = "a cluster needs as many SMs as it has CTAs";
         } else if ((constraints.block_m != 0 && constraints.block_m != block_m) ||
                    (constraints.block_n != 0 && constraints.block_n != block_n) ||
                    (constraints.split_k != 0 && constraints.split_k != split)) {
@@ -448,6 +444,29 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
   return bytes.d > hw.l2_bytes && bytes.d >= kDEvictFirstMinWriteRatio * (bytes.a + bytes.b);
 }
 
+/// Under programmatic dependent launch the CTAs prefetch B's first K blocks into the L2 before they wait for the
+/// previous kernel (device prefetch_b_to_l2), so that the weights start streaming from DRAM while that kernel
+/// finishes: kPrefetchBytesPerTile of each B tile's (split segment's) first K blocks, and as much per CTA at most,
+/// where the call is mostly B's stream (B's bytes at least A's and D's together). Measured on an H200 in chains of 64x7168x2048 GEMMs over 8
+/// weights (us per step, PDL on, two rounds): 2 K blocks 6.22-6.27 and 4 K blocks 6.06-6.08 against 6.50-6.54
+/// without; with a per-token quantization before each GEMM 8.18-8.23 and 8.21-8.29 against 8.40-8.44. The whole of B
+/// (16 K blocks) ran 7.01 and 10.44-10.49: the prefetches queue ahead of the CTA's own loads after the wait and of the
+/// previous kernels' accesses. Where B already sits in the L2 the prefetch costs 0.05 us (5.25 -> 5.30).
+constexpr int64_t kPrefetchBytesPerTile = 32 * 1024;
+
+/// `steps` > 0 (FINEGEMM_FORCE_CONFIG=prefetch=N): the first N K blocks of every B tile, wherever B is read.
+int64_t prefetch_b_boxes_for(const Problem& p, const KernelConfig& c, int steps) {
+  const CallBytes bytes = call_bytes(p);
+  if (steps <= 0 && bytes.b < bytes.a + bytes.d) return 0;
+  const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
+  const int64_t steps_per_tile = ceil_div(p.k, 128) / c.split_k;
+  const int64_t boxes_per_step = b_groups * ceil_div(p.n, c.block_n) * c.split_k;
+  if (steps > 0) return boxes_per_step * std::min<int64_t>(steps, steps_per_tile);
+  const int64_t box_steps = std::max<int64_t>(1, kPrefetchBytesPerTile / (int64_t(c.block_n) * 128));
+  // As many boxes per CTA at most (grouped GEMMs with more B tiles than CTAs: the first K block of the first ones).
+  return std::min(boxes_per_step * std::min(box_steps, steps_per_tile), int64_t(c.grid) * box_steps);
+}
+
 }  // namespace
 
 KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraints& constraints,
@@ -485,6 +504,8 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
   chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1 : d_evict_first_pays(p, hw);
   chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(p, chosen)
                                             : b_pairs_pay(p, chosen);
+  chosen.prefetch_b_boxes =
+      constraints.prefetch == 0 ? 0 : prefetch_b_boxes_for(p, chosen, constraints.prefetch);
   return chosen;
 }
 

@@ -22,19 +22,21 @@ struct HardwareModel {
 
 /// Restrictions on the configuration, for measurements (FINEGEMM_FORCE_CONFIG, parsed by parse_constraints): a
 /// field left at its default is the heuristic's choice. Candidates that differ in a named field are rejected; the
-/// other filters still apply (except the measured-speed ones on M and K for a forced bm=256, and split-K's fill rule
-/// for a forced split=2), so a forced configuration is always one the kernel supports, or none is found.
+/// other filters still apply (except the measured-speed ones on M and K for a forced bm=256, and split-K's tile-shape
+/// and fill rules for a forced split), so a forced configuration is always one the kernel supports, or none is found.
 struct ConfigConstraints {
   int block_m = 0, block_n = 0, stages = 0, split_k = 0;
   int b_evict_first = -1;  ///< B's L2 hint on its TMA loads: 1 evict-first, 0 normal, -1 the heuristic's
   int d_evict_first = -1;  ///< D's L2 hint on its TMA stores, as b_evict_first
   int b_pairs = -1;        ///< B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
+  int prefetch = -1;       ///< B into the L2 before the PDL wait: 0 none, N its first N K-block steps, -1 heuristic
   std::string text;        ///< as given, for messages ("" when nothing is constrained)
 
   bool empty() const { return text.empty(); }
 };
 
-/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0" (any subset; "" constrains nothing).
+/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0,prefetch=0" (any subset; "" constrains
+/// nothing).
 /// Throws Error(kInvalidArgument) naming the field and what it accepts.
 ConfigConstraints parse_constraints(const std::string& text);
 
@@ -42,13 +44,16 @@ struct KernelConfig {
   GemmKind kind = GemmKind::kNormal;
   int64_t n = 0, k = 0;
   int block_m = 0, block_n = 0, num_stages = 0;
-  int split_k = 1;             ///< 2: the two CTAs of a 2-CTA cluster each take half of K
+  int split_k = 1;             ///< 2 or 4: the CTAs of a cluster of that many each take an equal share of K
   /// How the kernel reads SA (device::GemmSaMode): MN-major by TMA, K-major by TMA boxes of 4 K blocks, or K-major
   /// gathered (sa_mode_for; the GEMM calls also fall back to it for strides TMA cannot take).
   uint32_t sa_mode = 0;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
+  /// B's boxes (BLOCK_N x 128) the CTAs prefetch into the L2 before the wait of a launch with programmatic dependent
+  /// launch, while the previous kernel finishes (prefetch_b_boxes_for); launches without it prefetch nothing.
+  int64_t prefetch_b_boxes = 0;
   /// Dense 256x128 tiles: the last row block (at most 128 rows) runs as wide tiles over two n-blocks each, in a kernel
   /// of its own (device::gemm_dense_wide_tail; score() picks it where it saves a round of tiles).
   bool wide_tail = false;

@@ -59,6 +59,7 @@ DriverState load_driver() {
                   resolve(get_proc, "cuFuncSetAttribute", a.cuFuncSetAttribute, e) &&
                   resolve(get_proc, "cuFuncGetAttribute", a.cuFuncGetAttribute, e) &&
                   resolve(get_proc, "cuLaunchKernelEx", a.cuLaunchKernelEx, e) &&
+                  resolve(get_proc, "cuOccupancyMaxActiveClusters", a.cuOccupancyMaxActiveClusters, e) &&
                   resolve(get_proc, "cuTensorMapEncodeTiled", a.cuTensorMapEncodeTiled, e) &&
                   resolve(get_proc, "cuPointerGetAttributes", a.cuPointerGetAttributes, e) &&
                   resolve(get_proc, "cuMemAlloc", a.cuMemAlloc, e) && resolve(get_proc, "cuMemsetD32", a.cuMemsetD32, e) &&

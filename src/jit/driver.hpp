@@ -28,6 +28,7 @@ struct DriverApi {
   FG_DRIVER_FN(cuFuncSetAttribute);
   FG_DRIVER_FN(cuFuncGetAttribute);
   FG_DRIVER_FN(cuLaunchKernelEx);
+  FG_DRIVER_FN(cuOccupancyMaxActiveClusters);
   FG_DRIVER_FN(cuTensorMapEncodeTiled);
   FG_DRIVER_FN(cuPointerGetAttributes);
   FG_DRIVER_FN(cuMemAlloc);

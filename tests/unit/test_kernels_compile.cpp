@@ -140,7 +140,7 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
   const std::vector<Problem> problems = seed_problems();
   ASSERT_EQ(problems.size(), 28u) << "data/shapes/deepseek_v3.csv should list the 28 seed shapes";
   std::set<std::string> functions;
-  std::vector<Problem> with_split_k = problems;  // no seed shape picks split-K: two shapes that do
+  std::vector<Problem> with_split_k = problems;  // the seed's N = 2112 decode shapes pick split-K: two more that do
   for (int64_t n : {1536, 576}) {
     Problem q;
     q.kind = GemmKind::kNormal;
@@ -187,15 +187,17 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
     // Programmatic dependent launch (finegemm::set_pdl): griddepcontrol.wait (ACQBULK) precedes every global-memory
-    // access in the code, and the CTA lets dependents launch (griddepcontrol.launch_dependents, PREEXIT).
+    // access in the code, and the CTA lets dependents launch (griddepcontrol.launch_dependents, PREEXIT). Only B's
+    // L2 prefetch (UTMAPF, which brings no data into the CTA) comes before the wait.
     const size_t wait = sass.find("ACQBULK");
     EXPECT_NE(wait, std::string::npos) << names[i] << ": no griddepcontrol.wait";
     EXPECT_NE(sass.find("PREEXIT"), std::string::npos) << names[i] << ": no griddepcontrol.launch_dependents";
-    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
+    EXPECT_LT(sass.find("UTMAPF"), wait) << names[i] << ": B's L2 prefetch should come before griddepcontrol.wait";
+    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED", " STAS"})
       EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
   }
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
-  EXPECT_EQ(split_k_kernels, 4u) << "64x1536x7168 and 128x576x7168, both SA layouts";
+  EXPECT_EQ(split_k_kernels, 8u) << "64x2112x7168, 128x2112x7168, 64x1536x7168 and 128x576x7168, both SA layouts";
 }
 
 // Every BLOCK_M x BLOCK_N the heuristic may pick, with 1, 5 and 56 K blocks (each tail of the in-flight accumulator

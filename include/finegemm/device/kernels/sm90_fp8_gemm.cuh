@@ -104,10 +104,16 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   } else {
     __syncthreads();
   }
+  // ---- Weights into the L2 (a launch with PDL: while the previous kernel finishes) -----------------------------
+  // NOTE: by the producer warpgroup's fourth warp, which has no role after the split: the other warps do not wait
+  // for its issue.
+  if (warp_idx == Cfg::kNumMathWarps + 3 && args.prefetch_b_boxes != 0) prefetch_b_to_l2<Cfg>(args, lane_idx);
+
   // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
   // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
-  // scheduler's m_indices / masked_m reads, TMA loads and stores, SA gathers). The next kernel may be launched from
-  // now on: its CTAs find SMs only as this persistent grid's CTAs exit, and wait in turn for its results.
+  // scheduler's m_indices / masked_m reads, TMA loads and stores, SA gathers); only B's L2 prefetch comes before. The
+  // next kernel may be launched from now on: its CTAs find SMs only as this persistent grid's CTAs exit, and wait in
+  // turn for its results.
   ptx::launch_dependents();
   ptx::grid_dependency_wait();
 
