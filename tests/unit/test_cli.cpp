@@ -455,3 +455,21 @@ TEST(BenchCsv, ConditionsLineHeaderAndRowsWithEmptyFieldsForWhatWasNotMeasured) 
   EXPECT_THROW(ft::BenchCsv((dir / "no-dir" / "d.csv").string(), conditions, false), std::runtime_error);
   fs::remove_all(dir);
 }
+
+TEST(CsvWriter, ConditionsHeaderAndRowsOfAnyTable) {
+  const fs::path dir = temp_dir();
+  {
+    ft::CsvWriter csv((dir / "chain.csv").string(), "bench --chain", {{"layers", "16"}, {"force_config", ""}},
+                      {"m", "config", "off_us"});
+    csv.row({"64", "BM=64, BN=128", ft::CsvWriter::fixed(7.8449, 3)});
+    csv.row({"128", "say \"hi\"", ft::CsvWriter::fixed(12.0, 3)});
+    EXPECT_THROW(csv.row({"1", "2"}), std::invalid_argument);
+  }
+  EXPECT_EQ(read_text(dir / "chain.csv"),
+            "# finegemm bench --chain; layers=16; force_config=\n"
+            "m,config,off_us\n"
+            "64,\"BM=64, BN=128\",7.845\n"
+            "128,\"say \"\"hi\"\"\",12.000\n");
+  EXPECT_THROW(ft::CsvWriter((dir / "x.csv").string(), "t", {{"k", "a\nb"}}, {"m"}), std::invalid_argument);
+  fs::remove_all(dir);
+}
