@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One command on a Hopper GPU host: configure, build with all cores, run every GPU test, the checker, the warm-up,
-# the benchmark (with each shape's floor, and its CSV and plot), the Python binding, the stress runs and the
-# sanitizers on the reduced set; logs and a summary land in the output directory.
+# the benchmark (with each shape's floor, and its CSV and plot), the decode chain (bench --chain), the Python binding
+# and its examples, the stress runs and the sanitizers on the reduced set; logs and a summary land in the output
+# directory.
 #   scripts/device-check.sh [OUT_DIR]      (default: $OUT, else ./device-check-out)
-# Steps left out with =1: FINEGEMM_SKIP_GPU_TESTS, _CHECK (checker and warm-up), _BENCH, _BENCH_READ_FLUSH, _STRESS
-# (multi-process check, up to 7 minutes), _SANITIZERS (several minutes), _PYTHON; FINEGEMM_BENCH_ARGS adds bench
-# arguments. Everything takes longer than one 10-minute device call: split it, or skip the stress and sanitizers.
+# Steps left out with =1: FINEGEMM_SKIP_GPU_TESTS, _CHECK (checker and warm-up), _BENCH, _BENCH_READ_FLUSH, _CHAIN
+# (decode layers back to back, with the weight prefetch on and off), _STRESS (multi-process check, up to 7 minutes),
+# _SANITIZERS (several minutes), _PYTHON; FINEGEMM_BENCH_ARGS adds bench arguments. Everything takes longer than one
+# 10-minute device call: split it, or skip the stress and sanitizers.
 # Needs the CUDA toolkit and CMake. GoogleTest: installed, or sources in third_party/googletest
 # (cp -r /usr/src/googletest third_party/ on a Debian machine), or -DFINEGEMM_GTEST_SOURCE_DIR.
 set -uo pipefail
@@ -73,6 +75,23 @@ if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
   fi
 fi
 
+if [ "${FINEGEMM_SKIP_CHAIN:-0}" != 1 ]; then
+  # Decode layers back to back in CUDA graphs, PDL off and on (bench --chain); then the same run with the weights'
+  # prefetch before the PDL wait turned off, whose outputs must be the same bits (its checksum per row).
+  run_step chain 300 "$BUILD/finegemm" bench --chain --csv "$OUT_DIR/chain.csv"
+  sed -n '/^ *M  *N  *K |/,$p' "$OUT_DIR/chain.log" >> "$OUT_DIR/summary.txt"
+  run_step chain-noprefetch 300 env FINEGEMM_FORCE_CONFIG=prefetch=0 "$BUILD/finegemm" bench --chain
+  sed -n '/^ *M  *N  *K |/,$p' "$OUT_DIR/chain-noprefetch.log" >> "$OUT_DIR/summary.txt"
+  # Each table row's M, N, K and checksum (its last field).
+  checksums() { awk '/^ *[0-9]+ +[0-9]+ +[0-9]+ \|/ { print $1, $2, $3, $NF }' "$1"; }
+  if [ -n "$(checksums "$OUT_DIR/chain.log")" ] &&
+     [ "$(checksums "$OUT_DIR/chain.log")" = "$(checksums "$OUT_DIR/chain-noprefetch.log")" ]; then
+    summary "chain prefetch on/off bitwise: yes"
+  else
+    summary "chain prefetch on/off bitwise: no"
+  fi
+fi
+
 if [ "${FINEGEMM_SKIP_PYTHON:-0}" != 1 ]; then
   # The PyTorch binding: install over the build machine's torch, then the test suite and the examples.
   t0=$(date +%s)
@@ -83,9 +102,13 @@ if [ "${FINEGEMM_SKIP_PYTHON:-0}" != 1 ]; then
   REPO=$PWD
   (cd /tmp && timeout 600 python3 -m pytest "$REPO/python/tests" -rs -q -s -p no:cacheprovider) > "$OUT_DIR/pytest.log" 2>&1
   summary "pytest: rc=$? $(tail -n 1 "$OUT_DIR/pytest.log")"
-  grep -E "^\[quantizer\]|^\[overhead\]" "$OUT_DIR/pytest.log" | tee -a "$OUT_DIR/summary.txt"
+  grep -E "^\[quantizer\]|^\[overhead\]|^\[decode chain\]" "$OUT_DIR/pytest.log" | tee -a "$OUT_DIR/summary.txt"
   (cd /tmp && timeout 120 python3 "$REPO/examples/moe_layer.py") > "$OUT_DIR/moe-example.log" 2>&1
   summary "moe example: rc=$? $(tail -n 2 "$OUT_DIR/moe-example.log" | tr '\n' ' ')"
+  # The decode chain through the binding, DeepGEMM's beside it where it is installed.
+  (cd /tmp && timeout 600 python3 "$REPO/examples/decode_chain.py") > "$OUT_DIR/decode-chain.log" 2>&1
+  summary "decode chain example: rc=$?"
+  sed -n '/^ *M  *N  *K |/,$p' "$OUT_DIR/decode-chain.log" >> "$OUT_DIR/summary.txt"
 fi
 
 if [ "${FINEGEMM_SKIP_STRESS:-0}" != 1 ]; then
@@ -97,8 +120,9 @@ fi
 if [ "${FINEGEMM_SKIP_SANITIZERS:-0}" != 1 ]; then
   scripts/sanitize.sh "$BUILD" "$OUT_DIR" | tee -a "$OUT_DIR/summary.txt"
 fi
-# At most 8 files come back from the device tool: keep the summary, the bench table, its CSV and plot, pack the rest.
+# At most 8 files come back from the device tool: keep the summary, the bench table, its CSV and plot, the chain's
+# CSV, pack the rest.
 (cd "$OUT_DIR" && tar czf logs.tgz --exclude=summary.txt --exclude=bench.log --exclude=bench.csv --exclude=bench.png \
-   --exclude=logs.tgz -- * &&
+   --exclude=chain.csv --exclude=logs.tgz -- * &&
    find . -maxdepth 1 -type f ! -name summary.txt ! -name bench.log ! -name bench.csv ! -name bench.png \
-     ! -name logs.tgz -delete)
+     ! -name chain.csv ! -name logs.tgz -delete)

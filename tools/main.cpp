@@ -19,6 +19,7 @@
 #include "jit/runtime.hpp"
 #include "lib/bench_csv.hpp"
 #include "lib/ceiling.hpp"
+#include "lib/chain.hpp"
 #include "lib/cli_args.hpp"
 #include "lib/cublaslt_baseline.hpp"
 #include "lib/device_buffer.hpp"
@@ -49,6 +50,7 @@ constexpr CommandHelp kHelp[] = {
     {"bench",
      "bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--flush memset|read|none]\n"
      "          [--experts random|equal] [--data normal|uniform] [--ceiling] [--csv FILE]\n"
+     "        | --chain [--layers 16] [--m 1,16,64,128] [--shapes FILE] [--iters 30] [--csv FILE]\n"
      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
      "          shape list (default: data/shapes/deepseek_v3.csv); needs a Hopper GPU. x cuBLT = cuBLASLt's time over\n"
      "          finegemm's. The first line names the card, the timer and the L2 flush.\n"
@@ -62,7 +64,15 @@ constexpr CommandHelp kHelp[] = {
      "            header: kind,groups,m,n,k,config,us,ev_us,tflops,gbps,pct_copy_bw,cublaslt_us,cublaslt_tflops,\n"
      "            x_cublaslt,check and, with --ceiling, floor_bytes_us,floor_tensor_us,floor_us,floor_bound. Times\n"
      "            in microseconds; cuBLASLt's columns are empty where it does not run (grouped kinds, M not a\n"
-     "            multiple of 4). scripts/plot_bench.py draws such files.\n"},
+     "            multiple of 4). scripts/plot_bench.py draws such files.\n"
+     "          --chain: decode layers back to back, as a model runs them: for each (N, K) of the shape file's normal\n"
+     "            rows and each M of --m, --layers layers, each a per-token FP8 quantization of its own bf16\n"
+     "            activations then a GEMM with its own weights, captured into a CUDA graph with programmatic\n"
+     "            dependent launch off and on. Prints a layer's time in each graph (CUDA events, median of --iters\n"
+     "            replays, at least 20) against its bytes at the copy bandwidth, checks that both graphs' outputs are\n"
+     "            bitwise equal and the last layer's against the reference, and a checksum of all outputs per row.\n"
+     "            --csv FILE: one row per (M, N, K). --kinds, --sa, --flush, --experts, --data and --ceiling do not\n"
+     "            apply.\n"},
     {"check",
      "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked] [--corrupt] [--cpu]\n"
      "          correctness sweep over random and awkward shapes, each output checked against a reference; exits 1\n"
@@ -183,10 +193,42 @@ ft::OptionSet bench_options() {
       .word("experts", {"random", "equal"})
       .word("data", {"normal", "uniform"})
       .flag("ceiling")
-      .output_file("csv");
+      .output_file("csv")
+      .flag("chain")
+      .integer("layers", 1, 256)
+      .integer_list("m", 1, kMaxDim);
+}
+
+/// `bench --chain`: the options that go with it checked, then the chain (lib/chain.hpp).
+int cmd_bench_chain(const ft::ParsedArgs& args) {
+  for (const char* name : {"kinds", "sa", "flush", "experts", "data", "ceiling"})
+    if (args.has(name))
+      throw ft::UsageError(std::string("finegemm bench: --") + name +
+                           " does not go with --chain (it takes --layers, --m, --shapes, --iters and --csv)");
+  const int64_t iters = args.integer("iters", 30);
+  if (iters < ft::kMinChainReplays)
+    throw ft::UsageError("finegemm bench: --iters takes an integer in " + std::to_string(ft::kMinChainReplays) +
+                         "..10000 with --chain, got '" + std::to_string(iters) + "'");
+  const std::string file = args.text("shapes", "");
+  const std::string path = file.empty() ? ft::find_data_file(kSeedShapes) : file;
+  ft::ChainOptions options;
+  options.weights = ft::chain_weight_shapes(ft::read_shape_file(path));
+  if (options.weights.empty())
+    throw ft::UsageError("finegemm bench: --chain takes the (N, K) of the shape file's normal rows, and " + path +
+                         " has none");
+  options.ms = args.has("m") ? args.integers("m") : std::vector<int64_t>{1, 16, 64, 128};
+  options.layers = int(args.integer("layers", 16));
+  options.replays = int(iters);
+  options.shapes_origin = file.empty() ? kSeedShapes : file;
+  options.csv_path = args.text("csv", "");
+  if (!hopper_or_explain("bench")) return 1;
+  return ft::run_chain_bench(options);
 }
 
 int cmd_bench(const ft::ParsedArgs& args) {
+  if (args.flag("chain")) return cmd_bench_chain(args);
+  for (const char* name : {"layers", "m"})
+    if (args.has(name)) throw ft::UsageError(std::string("finegemm bench: --") + name + " goes with --chain");
   std::vector<ft::ProblemShape> shapes = shapes_of(args);
   const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(),

@@ -98,12 +98,14 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
   fs::create_directories(inputs);
   const std::string shapes = (inputs / "shapes.csv").string();
   std::ofstream(shapes) << "kind,groups,m,n,k\nnormal,1,64,576,256\n";
+  const std::string grouped = (inputs / "grouped.csv").string();
+  std::ofstream(grouped) << "kind,groups,m,n,k\nmasked,4,256,4096,7168\ncontiguous,4,8192,7168,2048\n";
   const struct {
     std::string args;
     std::string message;  // the whole line on stderr starts with it
   } cases[] = {
-      {"bench --bogus", "finegemm bench: unknown option --bogus (options: --ceiling, --csv, --data, --experts, "
-                        "--flush, --iters, --kinds, --sa, --shapes)"},
+      {"bench --bogus", "finegemm bench: unknown option --bogus (options: --ceiling, --chain, --csv, --data, "
+                        "--experts, --flush, --iters, --kinds, --layers, --m, --sa, --shapes)"},
       {"bench --power 5", "finegemm bench: unknown option --power ("},
       {"bench --iters", "finegemm bench: --iters takes an integer in 1..10000, got no value"},
       {"bench --iters --ceiling", "finegemm bench: --iters takes an integer in 1..10000, got no value"},
@@ -124,6 +126,29 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
        "finegemm bench: --csv takes a file path in an existing directory, got '" +
            (dir / "no-such-dir" / "out.csv").string() + "'"},
       {"bench out.csv", "finegemm bench: unexpected argument 'out.csv' (options: "},
+      {"bench --chain --ceiling",
+       "finegemm bench: --ceiling does not go with --chain (it takes --layers, --m, --shapes, --iters and --csv)"},
+      {"bench --chain --kinds normal", "finegemm bench: --kinds does not go with --chain ("},
+      {"bench --sa k --chain", "finegemm bench: --sa does not go with --chain ("},
+      {"bench --chain --flush none", "finegemm bench: --flush does not go with --chain ("},
+      {"bench --chain --experts equal", "finegemm bench: --experts does not go with --chain ("},
+      {"bench --chain --data uniform", "finegemm bench: --data does not go with --chain ("},
+      {"bench --chain=1", "finegemm bench: --chain takes no value, got '1'"},
+      {"bench --chain --layers 0", "finegemm bench: --layers takes an integer in 1..256, got '0'"},
+      {"bench --chain --layers 257", "finegemm bench: --layers takes an integer in 1..256, got '257'"},
+      {"bench --chain --layers", "finegemm bench: --layers takes an integer in 1..256, got no value"},
+      {"bench --chain --m 0", "finegemm bench: --m takes a comma list of distinct integers in 1..2147483648, got '0'"},
+      {"bench --chain --m abc",
+       "finegemm bench: --m takes a comma list of distinct integers in 1..2147483648, got 'abc'"},
+      {"bench --chain --m 16,16",
+       "finegemm bench: --m takes a comma list of distinct integers in 1..2147483648, got '16,16'"},
+      {"bench --chain --m 1,-4", "finegemm bench: --m takes a comma list of distinct integers in 1..2147483648, got"},
+      {"bench --chain --m 64,", "finegemm bench: --m takes a comma list of distinct integers in 1..2147483648, got"},
+      {"bench --chain --iters 19", "finegemm bench: --iters takes an integer in 20..10000 with --chain, got '19'"},
+      {"bench --layers 4", "finegemm bench: --layers goes with --chain"},
+      {"bench --m 64 --ceiling", "finegemm bench: --m goes with --chain"},
+      {"bench --chain --shapes " + grouped,
+       "finegemm bench: --chain takes the (N, K) of the shape file's normal rows, and " + grouped + " has none"},
       {"check --cases -3", "finegemm check: --cases takes an integer in 1..1000000, got '-3'"},
       {"check --cpu --seed x1", "finegemm check: --seed takes an integer in 0..9223372036854775807, got 'x1'"},
       {"check --cpu --corrupt extra", "finegemm check: unexpected argument 'extra' (options: "},
@@ -190,6 +215,7 @@ TEST(Cli, HelpExitsZeroForTheToolAndEachCommand) {
   const CliRun bench = run_cli("bench --help", cwd);
   EXPECT_NE(bench.out.find("'# finegemm bench; device=NAME"), std::string::npos) << bench.out;
   EXPECT_NE(bench.out.find("x_cublaslt,check"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("| --chain [--layers 16] [--m 1,16,64,128]"), std::string::npos) << bench.out;
   // No command at all: the usage on stderr, exit 2.
   const CliRun none = run_cli("", cwd);
   EXPECT_EQ(none.status, 2);
@@ -207,7 +233,8 @@ TEST(Cli, GpuCommandsExitOneWithOneLineWithoutAGpu) {
                  << "exercised on this machine";
   const fs::path dir = temp_dir(), cache = dir / "cache";
   fs::create_directories(cache);
-  for (const char* command : {"bench", "bench --ceiling --csv out.csv", "check", "check --cases 3", "stress"}) {
+  for (const char* command : {"bench", "bench --ceiling --csv out.csv", "bench --chain",
+                              "bench --chain --layers 4 --m 64 --csv out.csv", "check", "check --cases 3", "stress"}) {
     const CliRun r = run_cli(command, dir, "FINEGEMM_CACHE_DIR='" + cache.string() + "'");
     const std::string name = std::string(command).substr(0, std::string(command).find(' '));
     EXPECT_EQ(r.status, 1) << command << ": " << r.out << r.err;
@@ -453,5 +480,23 @@ TEST(BenchCsv, ConditionsLineHeaderAndRowsWithEmptyFieldsForWhatWasNotMeasured) 
   EXPECT_NE(b.find(",1.2000,ok\n"), std::string::npos) << b;
   EXPECT_THROW(ft::BenchCsv((dir / "c.csv").string(), {{"device", "a;b"}}, false), std::invalid_argument);
   EXPECT_THROW(ft::BenchCsv((dir / "no-dir" / "d.csv").string(), conditions, false), std::runtime_error);
+  fs::remove_all(dir);
+}
+
+TEST(CsvWriter, ConditionsHeaderAndRowsOfAnyTable) {
+  const fs::path dir = temp_dir();
+  {
+    ft::CsvWriter csv((dir / "chain.csv").string(), "bench --chain", {{"layers", "16"}, {"force_config", ""}},
+                      {"m", "config", "off_us"});
+    csv.row({"64", "BM=64, BN=128", ft::CsvWriter::fixed(7.8449, 3)});
+    csv.row({"128", "say \"hi\"", ft::CsvWriter::fixed(12.0, 3)});
+    EXPECT_THROW(csv.row({"1", "2"}), std::invalid_argument);
+  }
+  EXPECT_EQ(read_text(dir / "chain.csv"),
+            "# finegemm bench --chain; layers=16; force_config=\n"
+            "m,config,off_us\n"
+            "64,\"BM=64, BN=128\",7.845\n"
+            "128,\"say \"\"hi\"\"\",12.000\n");
+  EXPECT_THROW(ft::CsvWriter((dir / "x.csv").string(), "t", {{"k", "a\nb"}}, {"m"}), std::invalid_argument);
   fs::remove_all(dir);
 }

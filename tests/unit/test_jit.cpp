@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "jit/compiler.hpp"
 #include "jit/embedded_headers.hpp"
@@ -174,6 +175,19 @@ TEST(Jit, ReferenceGemmKernelBuilds) {
   ASSERT_TRUE(binary->compiled);
   EXPECT_NE(binary->symbol.find("reference_gemm_kernel"), std::string::npos);
   EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;
+}
+
+// The random operands of `finegemm bench --chain` (tools/lib/chain.cpp) build for sm_90a, as fp32 and as bf16 bits.
+TEST(Jit, RandomNormalKernelBuilds) {
+  fj::Runtime runtime(options_with_cache(""));
+  for (const auto& [type, parameters] : {std::pair<std::string, std::string>{"float", "(float*, uint64_t, uint64_t, float)"},
+                                         {"uint16_t", "(uint16_t*, uint64_t, uint64_t, float)"}}) {
+    const auto binary = runtime.binary(tool_kernel("finegemm/tools/random_normal.cuh",
+                                                   "finegemm::tools::random_normal_kernel<" + type + ">", parameters));
+    ASSERT_TRUE(binary->compiled) << type;
+    EXPECT_NE(binary->symbol.find("random_normal_kernel"), std::string::npos) << type;
+    EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << type << "\n" << binary->log;
+  }
 }
 
 TEST(Jit, MissCompilesHitLoadsCorruptRebuilds) {

@@ -1,4 +1,5 @@
-// `finegemm bench --csv FILE`: the bench's rows in a file a plotting script reads (scripts/plot_bench.py).
+// The bench's CSV files. CsvWriter writes any of them; BenchCsv is `finegemm bench --csv FILE`, the rows a plotting
+// script reads (scripts/plot_bench.py):
 //   line 1   # finegemm bench; device=NVIDIA H100 80GB HBM3; sms=132; timer=cupti; flush=memset; ...
 //            (the run's conditions: key=value pairs after "# finegemm bench", separated by "; ")
 //   line 2   kind,groups,m,n,k,config,us,ev_us,tflops,gbps,pct_copy_bw,cublaslt_us,cublaslt_tflops,x_cublaslt,check
@@ -17,6 +18,33 @@
 
 namespace finegemm::tools {
 
+/// A CSV file of measurements: line 1 `# finegemm <title>; key=value; ...` (the run's conditions), line 2 the header,
+/// then one row per call of row(), flushed as soon as it is written so that a run stopped half way keeps its rows.
+class CsvWriter {
+ public:
+  /// Creates (truncates) `path` and writes the first two lines. `conditions`: values without ';' or a line break
+  /// (else std::invalid_argument). Throws std::runtime_error when the file cannot be written.
+  CsvWriter(const std::string& path, const std::string& title,
+            const std::vector<std::pair<std::string, std::string>>& conditions, const std::vector<std::string>& header);
+  ~CsvWriter();
+  CsvWriter(const CsvWriter&) = delete;
+  CsvWriter& operator=(const CsvWriter&) = delete;
+
+  /// One row, a field per header column (else std::invalid_argument); a field holding a comma, a quote or a line
+  /// break is quoted. Throws std::runtime_error when the file cannot be written.
+  void row(const std::vector<std::string>& fields);
+
+  /// `value` with `digits` digits after the point ("%.*f").
+  static std::string fixed(double value, int digits);
+
+ private:
+  void check_written() const;
+
+  std::string path_;
+  FILE* file_ = nullptr;
+  size_t columns_ = 0;
+};
+
 /// One shape's figures; 0 stands for "not measured" in the cuBLASLt and floor fields.
 struct BenchRow {
   ProblemShape shape;
@@ -33,18 +61,12 @@ class BenchCsv {
   /// or a line break. Throws std::runtime_error when the file cannot be written.
   BenchCsv(const std::string& path, const std::vector<std::pair<std::string, std::string>>& conditions,
            bool with_floor);
-  ~BenchCsv();
-  BenchCsv(const BenchCsv&) = delete;
-  BenchCsv& operator=(const BenchCsv&) = delete;
 
   void row(const BenchRow& r);
 
  private:
-  void check_written() const;
-
-  std::string path_;
-  FILE* file_ = nullptr;
   bool with_floor_ = false;
+  CsvWriter csv_;
 };
 
 }  // namespace finegemm::tools

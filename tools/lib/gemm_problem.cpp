@@ -190,55 +190,82 @@ double GemmProblem::min_bytes() const {
          4.0 * rows * kb_ + 4.0 * used_groups * nb_ * kb_;
 }
 
+namespace {
+
+/// fp64 results of the reference kernel, on the device, zeroed.
+struct ReferenceBuffers {
+  ReferenceBuffers(int64_t rows, int64_t n)
+      : rows(rows),
+        n(n),
+        value(std::max<size_t>(size_t(rows * n * 8), 8)),
+        abs_sum(std::max<size_t>(size_t(rows * n * 8), 8)) {
+    FG_CUDA_CHECK(cudaMemset(value.get(), 0, value.size()));
+    FG_CUDA_CHECK(cudaMemset(abs_sum.get(), 0, abs_sum.size()));
+  }
+
+  /// Enqueues the reference of rows [row, row + m) on the legacy default stream: `a` and `sa` point at that row.
+  void launch(int64_t row, int64_t m, const uint8_t* a, const float* sa, int64_t ld_sa, const uint8_t* b,
+              const float* sb, int64_t k) {
+    const CUfunction fn = jit_tool_kernel(
+        "finegemm/tools/reference_gemm.cuh", "finegemm::tools::reference_gemm_kernel<64u>",
+        "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, "
+        "int32_t)");
+    double* v = value.as<double>() + row * n;
+    double* s = abs_sum.as<double>() + row * n;
+    int32_t m32 = int32_t(m), n32 = int32_t(n), k32 = int32_t(k);
+    void* args[] = {&a, &sa, &ld_sa, &b, &sb, &v, &s, &m32, &n32, &k32};
+    CUlaunchConfig config{};
+    config.gridDimX = unsigned((n + 63) / 64);
+    config.gridDimY = unsigned((m + 63) / 64);
+    config.gridDimZ = 1;
+    config.blockDimX = 256;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    jit::check_cu(jit::driver().cuLaunchKernelEx(&config, fn, args, nullptr), "reference_gemm_kernel");
+  }
+
+  /// Waits for the launches and downloads the results.
+  Reference download() {
+    FG_CUDA_CHECK(cudaDeviceSynchronize());
+    Reference ref;
+    ref.value.resize(size_t(rows * n));
+    ref.abs_sum.resize(size_t(rows * n));
+    if (rows * n > 0) {
+      value.download(ref.value.data(), ref.value.size() * 8);
+      abs_sum.download(ref.abs_sum.data(), ref.abs_sum.size() * 8);
+    }
+    return ref;
+  }
+
+  int64_t rows, n;
+  DeviceBuffer value, abs_sum;
+};
+
+}  // namespace
+
 Reference gpu_reference(const GemmProblem& problem) {
   const ProblemShape& shape = problem.shape();
   const int64_t rows = problem.rows(), n = shape.n, k = shape.k, kb = problem.kb(), nb = problem.nb();
-  DeviceBuffer value(std::max<size_t>(size_t(rows * n * 8), 8)), abs_sum(std::max<size_t>(size_t(rows * n * 8), 8));
-  FG_CUDA_CHECK(cudaMemset(value.get(), 0, value.size()));
-  FG_CUDA_CHECK(cudaMemset(abs_sum.get(), 0, abs_sum.size()));
-
-  const CUfunction fn = jit_tool_kernel(
-      "finegemm/tools/reference_gemm.cuh", "finegemm::tools::reference_gemm_kernel<64u>",
-      "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, "
-      "int32_t)");
-
+  ReferenceBuffers buffers(rows, n);
   // One launch per run of consecutive rows of one group.
   int64_t r = 0;
   while (r < rows) {
     const int g = problem.row_group(r);
     int64_t end = r + 1;
     while (end < rows && problem.row_group(end) == g) ++end;
-    if (g >= 0) {
-      const uint8_t* a = problem.a.as<uint8_t>() + r * k;
-      const float* sa = problem.sa_k_major.as<float>() + r * kb;
-      int64_t ld_sa = kb;
-      const uint8_t* b = problem.b.as<uint8_t>() + int64_t(g) * n * k;
-      const float* sb = problem.sb.as<float>() + int64_t(g) * nb * kb;
-      double* v = value.as<double>() + r * n;
-      double* s = abs_sum.as<double>() + r * n;
-      int32_t m32 = int32_t(end - r), n32 = int32_t(n), k32 = int32_t(k);
-      void* args[] = {&a, &sa, &ld_sa, &b, &sb, &v, &s, &m32, &n32, &k32};
-      const unsigned grid_x = unsigned((n + 63) / 64), grid_y = unsigned((end - r + 63) / 64);
-      CUlaunchConfig config{};
-      config.gridDimX = grid_x;
-      config.gridDimY = grid_y;
-      config.gridDimZ = 1;
-      config.blockDimX = 256;
-      config.blockDimY = 1;
-      config.blockDimZ = 1;
-      jit::check_cu(jit::driver().cuLaunchKernelEx(&config, fn, args, nullptr), "reference_gemm_kernel");
-    }
+    if (g >= 0)
+      buffers.launch(r, end - r, problem.a.as<uint8_t>() + r * k, problem.sa_k_major.as<float>() + r * kb, kb,
+                     problem.b.as<uint8_t>() + int64_t(g) * n * k, problem.sb.as<float>() + int64_t(g) * nb * kb, k);
     r = end;
   }
-  FG_CUDA_CHECK(cudaDeviceSynchronize());
-  Reference ref;
-  ref.value.resize(size_t(rows * n));
-  ref.abs_sum.resize(size_t(rows * n));
-  if (rows * n > 0) {
-    value.download(ref.value.data(), ref.value.size() * 8);
-    abs_sum.download(ref.abs_sum.data(), ref.abs_sum.size() * 8);
-  }
-  return ref;
+  return buffers.download();
+}
+
+Reference gpu_reference_dense(const void* a, const float* sa, int64_t ld_sa, const void* b, const float* sb, int64_t m,
+                              int64_t n, int64_t k) {
+  ReferenceBuffers buffers(m, n);
+  if (m > 0) buffers.launch(0, m, static_cast<const uint8_t*>(a), sa, ld_sa, static_cast<const uint8_t*>(b), sb, k);
+  return buffers.download();
 }
 
 Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
@@ -275,6 +302,22 @@ Verdict check_output(const GemmProblem& problem, const Reference& ref, const std
   std::ostringstream head;
   head << (v.ok ? "ok" : "FAIL") << " diff=" << v.worst_diff << " bad=" << v.bad_elements;
   v.summary = head.str() + (os.str().empty() ? "" : "\n" + os.str());
+  return v;
+}
+
+Verdict check_dense_output(const Reference& ref, const std::vector<uint16_t>& out, int64_t m, int64_t n,
+                           double max_diff, double accum_tolerance) {
+  if (out.size() != size_t(m * n) || ref.value.size() != size_t(m * n))
+    throw std::invalid_argument("check_dense_output: D and its reference must hold M x N elements");
+  const reference::CheckResult c = reference::check_bf16_output(out.data(), n, ref.value.data(), ref.abs_sum.data(),
+                                                                 m, n, max_diff, accum_tolerance);
+  Verdict v;
+  v.ok = c.ok;
+  v.worst_diff = std::isnan(c.diff) ? 1.0 : c.diff;
+  v.bad_elements = c.num_bad;
+  std::ostringstream head;
+  head << (v.ok ? "ok" : "FAIL") << " diff=" << v.worst_diff << " bad=" << v.bad_elements;
+  v.summary = head.str() + (v.ok ? "" : "\n" + c.summary() + "\n");
   return v;
 }
 

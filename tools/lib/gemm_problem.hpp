@@ -90,6 +90,10 @@ struct Reference {
   std::vector<double> abs_sum;
 };
 Reference gpu_reference(const GemmProblem& problem);
+/// fp64 reference of a dense GEMM on device operands: `a` fp8 [M, K] and `b` fp8 [N, K] row-major, `sa` fp32 K-major
+/// [M, KB] with row stride `ld_sa`, `sb` fp32 [NB, KB] row-major.
+Reference gpu_reference_dense(const void* a, const float* sa, int64_t ld_sa, const void* b, const float* sb, int64_t m,
+                              int64_t n, int64_t k);
 
 struct Verdict {
   bool ok = false;
@@ -98,12 +102,19 @@ struct Verdict {
   int64_t touched_invalid = 0;  ///< invalid rows whose D changed from the poison
   std::string summary;
 };
+/// The checks' tolerances (below): the diff metric's bound, and the element-wise accumulation term.
+inline constexpr double kMaxDiff = 1e-5;
+inline constexpr double kAccumTolerance = 0x1p-9;
+
 /// Checks `out` (downloaded D) against `ref`: per group diff <= max_diff, element-wise bound, untouched invalid rows.
 /// Element-wise: |out - ref| <= 2^-8 |ref| (bf16 rounding) + accum_tolerance * sum|terms|. Hopper's FP8 tensor cores
 /// accumulate each 128-wide K block with about 14 bits of mantissa, aligned to the largest addend; the first GPU run
 /// measured errors up to 1.23 x 2^-11 * sum|terms| on correct outputs (diff 1.4e-6, bf16-rounding level), so the
 /// term is 2^-9: still far below a misplaced or missing tile (|ref| ~ sum|terms| / sqrt(K) >= 2^-7 sum|terms|).
 Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
-                     double max_diff = 1e-5, double accum_tolerance = 0x1p-9);
+                     double max_diff = kMaxDiff, double accum_tolerance = kAccumTolerance);
+/// check_output for a dense D [M, N] (bf16 bits, row-major) against gpu_reference_dense's `ref`.
+Verdict check_dense_output(const Reference& ref, const std::vector<uint16_t>& out, int64_t m, int64_t n,
+                           double max_diff = kMaxDiff, double accum_tolerance = kAccumTolerance);
 
 }  // namespace finegemm::tools
