@@ -2,8 +2,9 @@
 """Decode layers back to back through finegemm's PyTorch binding, the way a model runs them, with DeepGEMM's GEMM
 beside finegemm's where DeepGEMM is installed.
 
-A layer is a per-token FP8 quantization of its own bf16 activations (finegemm.per_token_cast_to_fp8) then a GEMM with
-its own weights (finegemm.fp8_gemm_nt). For each (N, K) and each M, --layers such layers with distinct weights (far
+A layer is a per-token FP8 quantization of the layer before's output (finegemm.per_token_cast_to_fp8; its first M x K
+elements, the rest drawn once where K > N) then a GEMM with its own weights (finegemm.fp8_gemm_nt), so that each
+quantizer reads what the GEMM before it just wrote, as in a model. For each (N, K) and each M, --layers such layers with distinct weights (far
 more bytes than the L2, so every layer reads its weights from DRAM) are captured into one CUDA graph, once with
 programmatic dependent launch off and once on (finegemm.set_pdl), and the graph's replays are timed with CUDA events:
 3 warm-up replays, then the median of --iters. A layer's time is the replay's over the layers; it is set against the
@@ -11,7 +12,7 @@ bytes the layer must move once, at the device-to-device copy bandwidth measured 
 written): x read (2MK), A written and read (2MK), SA written and read (8 M KB), B (NK), SB (4 NB KB), D written (2MN).
 `finegemm bench --chain` measures the same chain from C++.
 
-DeepGEMM's chain, where `import deep_gemm` works (DeepGEMM 2.x): finegemm's quantizer on the same activations,
+DeepGEMM's chain, where `import deep_gemm` works (DeepGEMM 2.x): finegemm's quantizer on the same first input,
 launched with PDL, then deep_gemm.fp8_gemm_nt on the same weights with deep_gemm.set_pdl(True), captured and timed
 the same way. finegemm's quantizer writes the activation scales MN-major and TMA-aligned, the layout DeepGEMM's SM90
 GEMM reads, so DeepGEMM takes them as they are (its get_mn_major_tma_aligned_tensor returns them without a copy; the
@@ -20,7 +21,7 @@ same data and differ only in their GEMMs.
 
 Checks, exit 1 on a failure: finegemm's outputs bitwise equal with PDL off and on, layer by layer, every element
 written; finegemm's first layer within diff 1e-5 of a dequantized fp64 reference (diff = 1 - 2 sum(xy) / sum(x^2 + y^2)
-over the output); DeepGEMM's quantized inputs bitwise equal to finegemm's and its outputs within diff 1e-5 of
+over the output); DeepGEMM's first quantized input bitwise equal to finegemm's and its outputs within diff 1e-5 of
 finegemm's, layer by layer.
 
     python examples/decode_chain.py [--m 1,16,64,128] [--layers 16] [--pairs 2112x7168,7168x2048] [--iters 30]
@@ -152,13 +153,15 @@ def capture(step):
 
 
 class Chain:
-    """L layers over shared activations and weights, with outputs and quantized activations of its own: the
-    tensors its captured graph writes at every replay."""
+    """L layers over shared weights, chained through buffers of its own: io[l] holds layer l's input (its first
+    M x K elements) and io[l + 1] its output (the first M x N), copies of `io` as drawn; with its quantized
+    activations, the tensors its captured graph writes at every replay."""
 
-    def __init__(self, xs, weights, n):
-        self.xs, self.weights = xs, weights
-        self.outs = [torch.empty(x.shape[0], n, dtype=torch.bfloat16, device="cuda") for x in xs]
-        self.lhs = [None] * len(xs)
+    def __init__(self, io, weights, m, n, k):
+        self.io, self.weights = [t.clone() for t in io], weights
+        self.xs = [t[: m * k].view(m, k) for t in self.io[:-1]]
+        self.outs = [t[: m * n].view(m, n) for t in self.io[1:]]
+        self.lhs = [None] * len(self.xs)
 
     def finegemm_step(self):
         for layer, (x, rhs, out) in enumerate(zip(self.xs, self.weights, self.outs)):
@@ -217,9 +220,9 @@ def make_weights(n, k, layers):
 def run_row(m, n, k, weights, args):
     """Times and checks one (M, N, K). Returns the per-layer us of each replay of finegemm's graphs with PDL off and
     on and of DeepGEMM's (None where it did not run), the failed checks and the notes."""
-    xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(args.layers)]
+    io = [torch.randn(m * max(n, k), device="cuda", dtype=torch.bfloat16) for _ in range(args.layers + 1)]
     failures, notes = [], []
-    off, on = Chain(xs, weights, n), Chain(xs, weights, n)
+    off, on = Chain(io, weights, m, n, k), Chain(io, weights, m, n, k)
     with pdl(False):
         graph_off = capture(off.finegemm_step)
     with pdl(True):
@@ -239,7 +242,7 @@ def run_row(m, n, k, weights, args):
 
     us_dg = None
     if deep_gemm is not None:
-        dg = Chain(xs, weights, n)
+        dg = Chain(io, weights, m, n, k)
         try:
             with pdl(True, True):
                 graph_dg = capture(dg.deepgemm_step)
@@ -252,8 +255,8 @@ def run_row(m, n, k, weights, args):
             notes.append("DeepGEMM copied the scales into its layout inside its call: its time includes the copy")
         if dg.unwritten():
             failures.append(f"DeepGEMM left {dg.unwritten()} elements unwritten")
-        if not all(same_bits(x[0], y[0]) and same_bits(x[1], y[1]) for x, y in zip(dg.lhs, on.lhs)):
-            failures.append("DeepGEMM's chain quantized to other bits than finegemm's")
+        if not (same_bits(dg.lhs[0][0], on.lhs[0][0]) and same_bits(dg.lhs[0][1], on.lhs[0][1])):
+            failures.append("DeepGEMM's chain quantized its first input to other bits than finegemm's")
         worst = max(diff(x, y) for x, y in zip(dg.outs, on.outs))
         if not worst <= MAX_DIFF:
             failures.append(f"DeepGEMM against finegemm: diff {worst:.3e} > {MAX_DIFF:.0e}")
@@ -272,8 +275,8 @@ def main():
     gbps = copy_bandwidth_gbps()
     props = torch.cuda.get_device_properties(0)
     print(f"finegemm {finegemm.__version__} decode chain on {props.name} ({props.multi_processor_count} SMs): per "
-          f"(M, N, K), {args.layers} layers back to back, each a per-token FP8 quantization of its own bf16 "
-          f"activations then a GEMM with its own weights")
+          f"(M, N, K), {args.layers} layers back to back, each a per-token FP8 quantization of the layer before's "
+          f"output then a GEMM with its own weights")
     print(f"timer: CUDA events around each replay of a CUDA graph of the {args.layers} layers, {WARMUP_REPLAYS} "
           f"warm-up replays then the median (min-max) of {args.iters}; us per layer = replay time / {args.layers}")
     print(f"copy bandwidth {gbps:.0f} GB/s (device-to-device copy of 1 GiB, bytes read + written); bytes us = a "

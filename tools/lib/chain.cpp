@@ -117,9 +117,12 @@ class ChainWeights {
   DeviceBuffer b_, sb_;
 };
 
-/// The activations and outputs of L layers of M tokens: x_l bf16 [M, K] (normal values), A_l fp8 [M, K], SA_l fp32
-/// [M, KB] MN-major TMA-aligned (strides {1, M_pad}: what per_token_cast_to_fp8 writes for the GEMM to read without
-/// conversion), D_l bf16 [M, N].
+/// The activations and outputs of L layers of M tokens, chained as in a model: layer l quantizes the first M x K
+/// elements of io_l (bf16) into A_l fp8 [M, K] and SA_l fp32 [M, KB] MN-major TMA-aligned (strides {1, M_pad}: what
+/// per_token_cast_to_fp8 writes for the GEMM to read without conversion), and its GEMM writes D_l bf16 [M, N] as the
+/// first M x N elements of io_(l+1). So each quantizer reads what the GEMM before it just wrote (from the L2, as a
+/// model's activations come); where K > N the rest of its input keeps the normal values drawn once. io_0 is the first
+/// layer's input, drawn once.
 class ChainActivations {
  public:
   ChainActivations(int64_t m, WeightShape shape, int layers, cudaStream_t stream)
@@ -129,16 +132,14 @@ class ChainActivations {
         kb_((shape.k + 127) / 128),
         m_pad_(get_tma_aligned_size(m, 4)),
         layers_(layers),
-        x_slice_(slice_bytes(size_t(m * k_) * 2)),
+        io_slice_(slice_bytes(size_t(m * std::max(k_, n_)) * 2)),
         a_slice_(slice_bytes(size_t(m * k_))),
         sa_slice_(slice_bytes(size_t(kb_ * m_pad_) * 4)),
-        d_slice_(slice_bytes(size_t(m * n_) * 2)),
-        x_(size_t(layers) * x_slice_),
+        io_(size_t(layers + 1) * io_slice_),
         a_(size_t(layers) * a_slice_),
-        sa_(size_t(layers) * sa_slice_),
-        d_(size_t(layers) * d_slice_) {
-    for (int l = 0; l < layers; ++l)
-      fill_normal(reinterpret_cast<uint16_t*>(x_.as<uint8_t>() + size_t(l) * x_slice_), uint64_t(m * k_),
+        sa_(size_t(layers) * sa_slice_) {
+    for (int l = 0; l <= layers; ++l)
+      fill_normal(reinterpret_cast<uint16_t*>(io_.as<uint8_t>() + size_t(l) * io_slice_), uint64_t(m * std::max(k_, n_)),
                   seed_of(kActivationSeed, m, n_, k_, l), kActivationStddev, stream);
     sync_and_check(stream, "bench --chain: drawing the activations");
   }
@@ -151,14 +152,18 @@ class ChainActivations {
     }
   }
 
-  void poison_outputs(cudaStream_t stream) { d_.fill_byte(kPoisonByte, stream); }
+  /// Poisons every layer's D (the first M x N elements of io_1 .. io_L; the rest of each io holds its drawn values).
+  void poison_outputs(cudaStream_t stream) {
+    FG_CUDA_CHECK(cudaMemset2DAsync(io_.as<uint8_t>() + io_slice_, io_slice_, kPoisonByte, size_t(m_ * n_) * 2,
+                                    size_t(layers_), stream));
+  }
 
   /// Every layer's D, layer after layer ([L, M, N] bf16 bits). The stream that wrote them must be synchronized.
   std::vector<uint16_t> download_outputs() const {
     const size_t row_bytes = size_t(m_ * n_) * 2;
     std::vector<uint16_t> out(size_t(layers_) * size_t(m_ * n_));
-    FG_CUDA_CHECK(cudaMemcpy2D(out.data(), row_bytes, d_.get(), d_slice_, row_bytes, size_t(layers_),
-                               cudaMemcpyDeviceToHost));
+    FG_CUDA_CHECK(cudaMemcpy2D(out.data(), row_bytes, io_.as<uint8_t>() + io_slice_, io_slice_, row_bytes,
+                               size_t(layers_), cudaMemcpyDeviceToHost));
     return out;
   }
 
@@ -177,7 +182,7 @@ class ChainActivations {
 
  private:
   TensorView x(int l) {
-    return TensorView::contiguous(x_.as<uint8_t>() + size_t(l) * x_slice_, DType::kBFloat16, {m_, k_});
+    return TensorView::contiguous(io_.as<uint8_t>() + size_t(l) * io_slice_, DType::kBFloat16, {m_, k_});
   }
   TensorView a(int l) {
     return TensorView::contiguous(a_.as<uint8_t>() + size_t(l) * a_slice_, DType::kFloat8E4M3, {m_, k_});
@@ -186,13 +191,13 @@ class ChainActivations {
     return TensorView::strided(sa_.as<uint8_t>() + size_t(l) * sa_slice_, DType::kFloat32, {m_, kb_}, {1, m_pad_});
   }
   TensorView d(int l) {
-    return TensorView::contiguous(d_.as<uint8_t>() + size_t(l) * d_slice_, DType::kBFloat16, {m_, n_});
+    return TensorView::contiguous(io_.as<uint8_t>() + size_t(l + 1) * io_slice_, DType::kBFloat16, {m_, n_});
   }
 
   int64_t m_, n_, k_, kb_, m_pad_;
   int layers_;
-  size_t x_slice_, a_slice_, sa_slice_, d_slice_;
-  DeviceBuffer x_, a_, sa_, d_;
+  size_t io_slice_, a_slice_, sa_slice_;
+  DeviceBuffer io_, a_, sa_;
 };
 
 /// finegemm's PDL setting for the object's lifetime; the previous one is restored after.
@@ -364,7 +369,7 @@ int run_chain_bench(const ChainOptions& options) {
   const std::string forced_config = forced != nullptr ? forced : "";
 
   std::printf("finegemm %s bench --chain on %s (%d SMs): per (M, N, K), %d layers back to back, each a per-token FP8 "
-              "quantization of its own bf16 activations then a GEMM with its own weights (SA MN-major); (N, K): the "
+              "quantization of the layer before's output then a GEMM with its own weights (SA MN-major); (N, K): the "
               "normal shapes of %s\n",
               version(), prop.name, get_num_sms(), layers, options.shapes_origin.c_str());
   std::printf("timer: CUDA events around each replay of a CUDA graph of the %d layers, %d warm-up replays then the "
