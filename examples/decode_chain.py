@@ -21,8 +21,8 @@ same data and differ only in their GEMMs.
 
 Checks, exit 1 on a failure: finegemm's outputs bitwise equal with PDL off and on, layer by layer, every element
 written; finegemm's first layer within diff 1e-5 of a dequantized fp64 reference (diff = 1 - 2 sum(xy) / sum(x^2 + y^2)
-over the output); DeepGEMM's first quantized input bitwise equal to finegemm's and its outputs within diff 1e-5 of
-finegemm's, layer by layer.
+over the output); DeepGEMM's first quantized input bitwise equal to finegemm's and its first layer's output within
+diff 1e-5 of finegemm's (later layers quantize each library's own outputs).
 
     python examples/decode_chain.py [--m 1,16,64,128] [--layers 16] [--pairs 2112x7168,7168x2048] [--iters 30]
 """
@@ -257,9 +257,11 @@ def run_row(m, n, k, weights, args):
             failures.append(f"DeepGEMM left {dg.unwritten()} elements unwritten")
         if not (same_bits(dg.lhs[0][0], on.lhs[0][0]) and same_bits(dg.lhs[0][1], on.lhs[0][1])):
             failures.append("DeepGEMM's chain quantized its first input to other bits than finegemm's")
-        worst = max(diff(x, y) for x, y in zip(dg.outs, on.outs))
-        if not worst <= MAX_DIFF:
-            failures.append(f"DeepGEMM against finegemm: diff {worst:.3e} > {MAX_DIFF:.0e}")
+        # Layer 0 has the same inputs in both chains; later layers quantize each library's own outputs, whose last-bit
+        # differences the FP8 rounding of the next layer can amplify.
+        first = diff(dg.outs[0], on.outs[0])
+        if not first <= MAX_DIFF:
+            failures.append(f"DeepGEMM against finegemm, layer 0: diff {first:.3e} > {MAX_DIFF:.0e}")
     return us_off, us_on, us_dg, failures, notes
 
 

@@ -5,7 +5,7 @@
 # directory.
 #   scripts/device-check.sh [OUT_DIR]      (default: $OUT, else ./device-check-out)
 # Steps left out with =1: FINEGEMM_SKIP_GPU_TESTS, _CHECK (checker and warm-up), _BENCH, _BENCH_READ_FLUSH, _CHAIN
-# (decode layers back to back, with the weight prefetch on and off), _STRESS (multi-process check, up to 7 minutes),
+# (decode layers back to back, PDL off and on), _STRESS (multi-process check, up to 7 minutes),
 # _SANITIZERS (several minutes), _PYTHON; FINEGEMM_BENCH_ARGS adds bench arguments. Everything takes longer than one
 # 10-minute device call: split it, or skip the stress and sanitizers.
 # Needs the CUDA toolkit and CMake. GoogleTest: installed, or sources in third_party/googletest
@@ -76,20 +76,9 @@ if [ "${FINEGEMM_SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 if [ "${FINEGEMM_SKIP_CHAIN:-0}" != 1 ]; then
-  # Decode layers back to back in CUDA graphs, PDL off and on (bench --chain); then the same run with the weights'
-  # prefetch before the PDL wait turned off, whose outputs must be the same bits (its checksum per row).
+  # Decode layers back to back in CUDA graphs, PDL off and on (bench --chain).
   run_step chain 300 "$BUILD/finegemm" bench --chain --csv "$OUT_DIR/chain.csv"
   sed -n '/^ *M  *N  *K |/,$p' "$OUT_DIR/chain.log" >> "$OUT_DIR/summary.txt"
-  run_step chain-noprefetch 300 env FINEGEMM_FORCE_CONFIG=prefetch=0 "$BUILD/finegemm" bench --chain
-  sed -n '/^ *M  *N  *K |/,$p' "$OUT_DIR/chain-noprefetch.log" >> "$OUT_DIR/summary.txt"
-  # Each table row's M, N, K and checksum (its last field).
-  checksums() { awk '/^ *[0-9]+ +[0-9]+ +[0-9]+ \|/ { print $1, $2, $3, $NF }' "$1"; }
-  if [ -n "$(checksums "$OUT_DIR/chain.log")" ] &&
-     [ "$(checksums "$OUT_DIR/chain.log")" = "$(checksums "$OUT_DIR/chain-noprefetch.log")" ]; then
-    summary "chain prefetch on/off bitwise: yes"
-  else
-    summary "chain prefetch on/off bitwise: no"
-  fi
 fi
 
 if [ "${FINEGEMM_SKIP_PYTHON:-0}" != 1 ]; then

@@ -3,19 +3,12 @@ of two GEMMs each (2112x7168 and 7168x2048 weights at M = 64, 119 MB of distinct
 after a per-token quantization of its own activations.
 
 Replayed from a CUDA graph, the chain gives the eager chain's outputs bit for bit, with programmatic dependent launch
-(finegemm.set_pdl) off and on; with the weights' L2 prefetch under PDL turned off (FINEGEMM_FORCE_CONFIG=prefetch=0,
-read once per process, hence a child process each) it gives the same bits again. PDL must not make the chain more
-than 5% slower; the per-layer times are printed (pytest -s).
-
-Run as a script (`python test_decode_chain.py SEED OUT`), the file is that child: it saves the outputs of the chain's
-graph with PDL on, drawn from SEED, to OUT (torch.save).
+(finegemm.set_pdl) off and on. PDL must not make the chain more than 5% slower; the per-layer times are printed
+(pytest -s).
 """
 
 import contextlib
-import os
 import statistics
-import subprocess
-import sys
 
 import pytest
 
@@ -135,45 +128,3 @@ def test_graphs_with_and_without_pdl_give_the_eager_chains_bits():
           f"rounds): PDL off {times[False][0]:.2f}, {times[False][1]:.2f}; on {times[True][0]:.2f}, "
           f"{times[True][1]:.2f}")
     assert on <= MAX_SLOWDOWN * off, f"PDL made the chain slower: {on:.2f} against {off:.2f} us per step"
-
-
-def chain_outputs_in_a_child(seed, path, force_config):
-    """The outputs of the chain's PDL graph computed by a child process with FINEGEMM_FORCE_CONFIG=force_config (None:
-    unset)."""
-    env = dict(os.environ)
-    env.pop("FINEGEMM_FORCE_CONFIG", None)
-    if force_config is not None:
-        env["FINEGEMM_FORCE_CONFIG"] = force_config
-    child = subprocess.run([sys.executable, __file__, str(seed), str(path)], env=env, capture_output=True, text=True,
-                           timeout=600)
-    assert child.returncode == 0, (
-        f"the chain's child process with FINEGEMM_FORCE_CONFIG={force_config} exited {child.returncode}:\n"
-        f"{child.stdout[-2000:]}{child.stderr[-4000:]}")
-    return torch.load(path)
-
-
-def test_weight_prefetch_off_gives_the_same_bits(tmp_path):
-    seed = fgtest.seed()
-    default = chain_outputs_in_a_child(seed, tmp_path / "default.pt", None)
-    no_prefetch = chain_outputs_in_a_child(seed, tmp_path / "no-prefetch.pt", "prefetch=0")
-    assert len(default) == len(no_prefetch) == LAYERS * len(PAIRS)
-    for i, (got, want) in enumerate(zip(no_prefetch, default)):
-        assert torch.equal(got, want), f"FINEGEMM_FORCE_CONFIG=prefetch=0 changed step {i}'s output (seed {seed})"
-
-
-def save_chain_outputs(seed, path):
-    """The child: the chain's graph with PDL on, drawn from `seed`, its outputs saved as int16 bits."""
-    torch.manual_seed(seed)
-    steps = build_chain()
-    outs = poisoned_outputs(steps)
-    with pdl(True):
-        graph = capture(lambda: run_chain(steps, outs))
-    outs = replay(graph, outs)
-    for i, out in enumerate(outs):
-        if fgtest.is_poison(out).any():
-            raise SystemExit(f"step {i} left elements unwritten")
-    torch.save([out.view(torch.int16).cpu() for out in outs], path)
-
-
-if __name__ == "__main__":
-    save_chain_outputs(int(sys.argv[1]), sys.argv[2])

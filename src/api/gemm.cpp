@@ -71,8 +71,7 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
 
 struct LaunchPlan {
   CUfunction function = nullptr;
-  device::GemmArgs args{};      ///< a plain launch's
-  device::GemmArgs pdl_args{};  ///< a launch with programmatic dependent launch: args, and B's L2 prefetch
+  device::GemmArgs args{};
   KernelConfig config;
 };
 
@@ -204,9 +203,6 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
   args.b_pairs = cfg.b_pairs ? 1u : 0u;
   args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
-  args.prefetch_b_boxes = 0;
-  plan->pdl_args = args;
-  plan->pdl_args.prefetch_b_boxes = uint32_t(cfg.prefetch_b_boxes);
   return plan;
 }
 
@@ -231,11 +227,10 @@ void launch(const LaunchPlan& plan, Stream stream) {
     a.value.clusterDim.y = 1;
     a.value.clusterDim.z = 1;
   }
-  const bool pdl = Context::instance().pdl();
-  if (pdl) num_attrs += set_pdl_attribute(attrs[num_attrs]);
+  if (Context::instance().pdl()) num_attrs += set_pdl_attribute(attrs[num_attrs]);
   config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
   config.numAttrs = num_attrs;
-  void* params[] = {const_cast<device::GemmArgs*>(pdl ? &plan.pdl_args : &plan.args)};
+  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }
 

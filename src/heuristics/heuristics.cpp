@@ -174,7 +174,7 @@ std::string KernelConfig::describe() const {
      << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
      << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "")
-     << (prefetch_b_boxes > 0 ? " pdl:B-prefetch=" + std::to_string(prefetch_b_boxes) : std::string()) << " grid=" << grid
+     << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -191,7 +191,7 @@ ConfigConstraints parse_constraints(const std::string& text) {
   ConfigConstraints c;
   c.text = text;
   constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, prefetch";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs";
   std::istringstream fields(text);
   for (std::string field; std::getline(fields, field, ',');) {
     const size_t eq = field.find('=');
@@ -208,12 +208,8 @@ ConfigConstraints parse_constraints(const std::string& text) {
       c.b_pairs = value == "1" ? 1 : 0;
       continue;
     }
-    if (name == "prefetch" && value == "0") {
-      c.prefetch = 0;
-      continue;
-    }
     int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages
-                : name == "split" ? &c.split_k : name == "prefetch" ? &c.prefetch : nullptr;
+                : name == "split" ? &c.split_k : nullptr;
     check_arg(target != nullptr, kWhere, "unknown field '", name, "' (", kFields, ")");
     size_t used = 0;
     int v = 0;
@@ -444,29 +440,6 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
   return bytes.d > hw.l2_bytes && bytes.d >= kDEvictFirstMinWriteRatio * (bytes.a + bytes.b);
 }
 
-/// Under programmatic dependent launch the CTAs prefetch B's first K blocks into the L2 before they wait for the
-/// previous kernel (device prefetch_b_to_l2), so that the weights start streaming from DRAM while that kernel
-/// finishes: kPrefetchBytesPerTile of each B tile's (split segment's) first K blocks, and as much per CTA at most,
-/// where the call is mostly B's stream (B's bytes at least A's and D's together). Measured on an H200 in chains of 64x7168x2048 GEMMs over 8
-/// weights (us per step, PDL on, two rounds): 2 K blocks 6.22-6.27 and 4 K blocks 6.06-6.08 against 6.50-6.54
-/// without; with a per-token quantization before each GEMM 8.18-8.23 and 8.21-8.29 against 8.40-8.44. The whole of B
-/// (16 K blocks) ran 7.01 and 10.44-10.49: the prefetches queue ahead of the CTA's own loads after the wait and of the
-/// previous kernels' accesses. Where B already sits in the L2 the prefetch costs 0.05 us (5.25 -> 5.30).
-constexpr int64_t kPrefetchBytesPerTile = 32 * 1024;
-
-/// `steps` > 0 (FINEGEMM_FORCE_CONFIG=prefetch=N): the first N K blocks of every B tile, wherever B is read.
-int64_t prefetch_b_boxes_for(const Problem& p, const KernelConfig& c, int steps) {
-  const CallBytes bytes = call_bytes(p);
-  if (steps <= 0 && bytes.b < bytes.a + bytes.d) return 0;
-  const int64_t b_groups = p.kind == GemmKind::kNormal ? 1 : p.num_groups;
-  const int64_t steps_per_tile = ceil_div(p.k, 128) / c.split_k;
-  const int64_t boxes_per_step = b_groups * ceil_div(p.n, c.block_n) * c.split_k;
-  if (steps > 0) return boxes_per_step * std::min<int64_t>(steps, steps_per_tile);
-  const int64_t box_steps = std::max<int64_t>(1, kPrefetchBytesPerTile / (int64_t(c.block_n) * 128));
-  // As many boxes per CTA at most (grouped GEMMs with more B tiles than CTAs: the first K block of the first ones).
-  return std::min(boxes_per_step * std::min(box_steps, steps_per_tile), int64_t(c.grid) * box_steps);
-}
-
 }  // namespace
 
 KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraints& constraints,
@@ -504,8 +477,6 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
   chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1 : d_evict_first_pays(p, hw);
   chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(p, chosen)
                                             : b_pairs_pay(p, chosen);
-  chosen.prefetch_b_boxes =
-      constraints.prefetch == 0 ? 0 : prefetch_b_boxes_for(p, chosen, constraints.prefetch);
   return chosen;
 }
 

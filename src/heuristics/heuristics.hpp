@@ -29,14 +29,12 @@ struct ConfigConstraints {
   int b_evict_first = -1;  ///< B's L2 hint on its TMA loads: 1 evict-first, 0 normal, -1 the heuristic's
   int d_evict_first = -1;  ///< D's L2 hint on its TMA stores, as b_evict_first
   int b_pairs = -1;        ///< B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
-  int prefetch = -1;       ///< B into the L2 before the PDL wait: 0 none, N its first N K-block steps, -1 heuristic
   std::string text;        ///< as given, for messages ("" when nothing is constrained)
 
   bool empty() const { return text.empty(); }
 };
 
-/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0,prefetch=0" (any subset; "" constrains
-/// nothing).
+/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0" (any subset; "" constrains nothing).
 /// Throws Error(kInvalidArgument) naming the field and what it accepts.
 ConfigConstraints parse_constraints(const std::string& text);
 
@@ -51,9 +49,6 @@ struct KernelConfig {
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
-  /// B's boxes (BLOCK_N x 128) the CTAs prefetch into the L2 before the wait of a launch with programmatic dependent
-  /// launch, while the previous kernel finishes (prefetch_b_boxes_for); launches without it prefetch nothing.
-  int64_t prefetch_b_boxes = 0;
   /// Dense 256x128 tiles: the last row block (at most 128 rows) runs as wide tiles over two n-blocks each, in a kernel
   /// of its own (device::gemm_dense_wide_tail; score() picks it where it saves a round of tiles).
   bool wide_tail = false;

@@ -398,37 +398,6 @@ TEST(Heuristics, DenseWideTailWhereItSavesARound) {
       }
 }
 
-// Under PDL the CTAs prefetch B's first K blocks into the L2 before the wait: 32 KiB of each B tile (split segment)
-// where the call is mostly B's stream, at most as much per CTA, none where A and D outweigh B.
-TEST(Heuristics, PdlPrefetchesTheFirstKBlocksOfBWhereTheCallStreamsB) {
-  const auto d = fh::select_config(dense(64, 7168, 2048), 132);  // 112 tiles of 64x64: 4 K blocks of 8 KiB each
-  EXPECT_EQ(d.block_n, 64);
-  EXPECT_EQ(d.prefetch_b_boxes, 112 * 4);
-  EXPECT_NE(d.describe().find("pdl:B-prefetch=448"), std::string::npos) << d.describe();
-  const auto s = fh::select_config(dense(64, 2112, 7168), 132);  // split-K: 66 tiles x 2 segments x 8 K blocks of 4 KiB
-  EXPECT_EQ(s.split_k, 2);
-  EXPECT_EQ(s.prefetch_b_boxes, 66 * 2 * 8);
-  EXPECT_EQ(fh::select_config(dense(4096, 7168, 2048), 132).prefetch_b_boxes, 0);  // A and D outweigh B
-  EXPECT_EQ(fh::select_config(dense(4096, 7168, 2048), 132).describe().find("prefetch"), std::string::npos);
-  // Grouped: every group's tiles, bounded per CTA (masked, 32 experts of 4096x7168 with 256-row tiles: 1024 B tiles).
-  finegemm::Problem m;
-  m.kind = GemmKind::kGroupedMasked;
-  m.num_groups = 32;
-  m.m = 64;
-  m.m_max = 256;
-  m.n = 4096;
-  m.k = 7168;
-  const auto g = fh::select_config(m, 132);
-  EXPECT_GT(g.prefetch_b_boxes, 0);
-  EXPECT_LE(g.prefetch_b_boxes * g.block_n * 128, int64_t(g.grid) * 32 * 1024);
-  // FINEGEMM_FORCE_CONFIG: prefetch=0 none, prefetch=N the first N K blocks of every tile wherever B is read.
-  EXPECT_EQ(fh::select_config(dense(64, 7168, 2048), 132, fh::parse_constraints("prefetch=0")).prefetch_b_boxes, 0);
-  EXPECT_EQ(fh::select_config(dense(64, 7168, 2048), 132, fh::parse_constraints("prefetch=2")).prefetch_b_boxes,
-            112 * 2);
-  EXPECT_EQ(fh::select_config(dense(64, 7168, 2048), 132, fh::parse_constraints("prefetch=99")).prefetch_b_boxes,
-            112 * 16);  // all of B
-}
-
 // FINEGEMM_FORCE_CONFIG: parsed once (by the library, at start), strictly, into constraints that the heuristic applies
 // as a plain argument; every pick obeys them, and a shape they rule out gets a message that names them.
 TEST(Heuristics, ConstraintsParseStrictlyAndRestrictThePick) {
@@ -452,7 +421,7 @@ TEST(Heuristics, ConstraintsParseStrictlyAndRestrictThePick) {
   // The same problem without constraints is unaffected: the heuristic reads nothing but its arguments.
   EXPECT_EQ(fh::select_config(dense(4096, 7168, 7168), 132).block_m, 256);
   for (const char* bad : {"bm", "bm=", "bm=abc", "bm=-1", "bm=12x", "tile=3", "mc=a", "cluster=2", "l2b=last",
-                          "bpairs=2", "bn=128,,", "prefetch=-1", "prefetch=all"}) {
+                          "bpairs=2", "bn=128,,"}) {
     try {
       fh::parse_constraints(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

@@ -27,28 +27,6 @@ struct GemmSmem {
   float* exchange;            // split-K: (BLOCK_M, BLOCK_N) fp32
 };
 
-/// The weights' first K blocks into the L2, issued by one warp of each CTA before the PDL wait so that B streams
-/// from DRAM while the previous kernel finishes. B's boxes are numbered step by step: box i is K-block step
-/// i / (B tiles * kSplitK) of B tile (i / kSplitK) % B tiles (group-major, then n-block), in split segment i % kSplitK;
-/// CTA c takes boxes c, c + grid, ... (with one tile per CTA, its own tile's boxes). A prefetch brings no data into
-/// the CTA, so nothing the previous kernel may write is read before the wait: grouped GEMMs prefetch every group's
-/// tiles in turn without reading their layouts, and a call whose B the previous kernel writes stays correct.
-template <class Cfg>
-FG_DEVICE void prefetch_b_to_l2(const GemmArgs& args, uint32_t lane_idx) {
-  const uint32_t num_b_tiles = uint32_t(args.num_groups) * Cfg::kNumNBlocks;
-  const uint32_t boxes_per_step = num_b_tiles * Cfg::kSplitK;
-#pragma unroll 1
-  for (uint32_t i = blockIdx.x + lane_idx * gridDim.x; i < args.prefetch_b_boxes; i += 32 * gridDim.x) {
-    const uint32_t step = i / boxes_per_step;
-    const uint32_t b_tile = (i / Cfg::kSplitK) % num_b_tiles;
-    const uint32_t segment = i % Cfg::kSplitK;
-    const uint32_t group = b_tile / Cfg::kNumNBlocks;
-    const uint32_t n_block = b_tile - group * Cfg::kNumNBlocks;
-    const uint32_t kb = segment * Cfg::kKBlocksPerCta + step;
-    ptx::tma_prefetch_l2_2d(&args.tma_b, int32_t(kb * kBlockK), int32_t(group * Cfg::N + n_block * Cfg::BLOCK_N));
-  }
-}
-
 /// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box. `kb_begin`: the first of the K
 /// blocks this CTA computes of each tile (split-K).
 template <class Cfg>

@@ -104,17 +104,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   } else {
     __syncthreads();
   }
-  // ---- Weights into the L2 (a launch with PDL: while the previous kernel finishes) -----------------------------
-  // NOTE: by the producer warpgroup's fourth warp, which has no role after the split: the other warps do not wait
-  // for its issue.
-  if (warp_idx == Cfg::kNumMathWarps + 3 && args.prefetch_b_boxes != 0) prefetch_b_to_l2<Cfg>(args, lane_idx);
-
   // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
   // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
-  // scheduler's m_indices / masked_m reads, TMA loads and stores, SA gathers); only B's L2 prefetch comes before. The
-  // next kernel may be launched from now on: its CTAs find SMs only as this persistent grid's CTAs exit, and wait in
-  // turn for its results.
-  ptx::launch_dependents();
+  // scheduler's m_indices / masked_m reads, TMA loads and stores, SA gathers).
   ptx::grid_dependency_wait();
 
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
@@ -169,6 +161,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       if constexpr (kSplitK > 1) exchange.release();
     }
     math.end_turns();
+    // The next kernel may launch once every CTA is past its math: its CTAs (a quantizer's small ones fit beside this
+    // kernel's) then overlap only the last stores. Launched from the start, they made chains of long-K decode GEMMs
+    // slower than plain launches (H200, a quantizer and a 64x4096x7168 GEMM per layer: 14.93 us against 13.38; from
+    // here, 12.64).
+    ptx::launch_dependents();
     if (wg_thread == 0) ptx::tma_store_wait<0>();
     if constexpr (kSplitK > 1) exchange.finish(cta_rank);
     if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);

@@ -19,14 +19,6 @@ FG_DEVICE void tma_load_2d(const TmaDescriptor* desc, uint64_t* bar, void* smem_
       : "memory");
 }
 
-/// 2D tile prefetch into the L2 (no shared memory, no barrier): a hint the memory system may drop; it returns no data
-/// to the CTA.
-FG_DEVICE void tma_prefetch_l2_2d(const TmaDescriptor* desc, int32_t c0, int32_t c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(desc)),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-
 /// An L2 eviction policy for the whole of each access (PTX ISA createpolicy.fractional, fraction 1.0): the lines
 /// are replaced before any other line of their set.
 FG_DEVICE uint64_t l2_policy_evict_first() {
