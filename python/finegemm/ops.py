@@ -183,10 +183,9 @@ def _refuse_blackwell_formats(a, b):
     """After a failed call: ValueError naming the format when an operand is in one of DeepGEMM's Blackwell formats
     (packed FP4 values, UE8M0 scales), which finegemm has no kernel for; returns otherwise."""
     for name, operand in (("a", a), ("b", b)):
-        try:
-            values, scales = operand
-        except (TypeError, ValueError):
+        if not isinstance(operand, (tuple, list)) or len(operand) != 2:
             return
+        values, scales = operand
         if getattr(values, "dtype", None) == torch.int8:
             raise ValueError(f"{name} holds packed FP4 values (torch.int8): finegemm runs FP8 operands "
                              "(torch.float8_e4m3fn) with fp32 scales; FP4 operands are not supported yet") from None
