@@ -12,4 +12,9 @@ TENSOR_FUNCTIONS = (
     "m_grouped_fp8_gemm_nt_contiguous",
     "m_grouped_fp8_gemm_nt_masked",
     "get_mn_major_tma_aligned_tensor",
+    "fp8_fp4_gemm_nt",
+    "m_grouped_fp8_fp4_gemm_nt_contiguous",
+    "m_grouped_fp8_fp4_gemm_nt_masked",
+    "fp8_m_grouped_gemm_nt_masked",
+    "transform_sf_into_required_layout",
 )

@@ -148,41 +148,177 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
 
 
 # ---- DeepGEMM 2.x names ---------------------------------------------------------------------------------------------
-# DeepGEMM renamed its GEMMs after its first release (fp8_gemm_nt, ...) and gave them arguments for other scaling
-# recipes, an added accumulator and Blackwell's UE8M0 scales. On Hopper's recipe (fp32 scales per 1x128 of A and per
-# 128x128 of B) the same calls run the GEMMs above; an argument finegemm has no kernel for raises ValueError instead
-# of being ignored. `compiled_dims` (which sizes DeepGEMM compiles into a kernel: finegemm always compiles N and K)
-# and `disable_ue8m0_cast` (fp32 scales are never cast on Hopper) change nothing here.
+# DeepGEMM renamed its GEMMs after its first release (fp8_gemm_nt, ...), made the FP8 names aliases of its FP8/FP4
+# ones (fp8_fp4_gemm_nt, ...) and gave them arguments for other scaling recipes, an added accumulator, Blackwell's
+# FP4 operands and UE8M0 scales, and a per-group-end ("psum") form of the contiguous layout. The signatures below are
+# DeepGEMM 2.6.1's. On Hopper's recipe (fp32 scales per 1x128 of a and per 128x128 of b) they run the GEMMs above;
+# an argument finegemm has no kernel for raises ValueError before anything runs, naming what does run.
+# `compiled_dims` (which sizes DeepGEMM compiles into a kernel: finegemm always compiles N and K),
+# `disable_ue8m0_cast` (DeepGEMM casts no fp32 scale on Hopper either) and `ensure_zero_padding` (Blackwell only in
+# DeepGEMM: on Hopper padding rows are left untouched) change nothing here.
 
 _RECIPE = (1, 128, 128)
+_RECIPE_A, _RECIPE_B = (1, 128), (128, 128)
+_UE8M0_DTYPES = tuple(t for t in (torch.int32, getattr(torch, "float8_e8m0fnu", None)) if t is not None)
 
 
-def _check_deepgemm_arguments(recipe, c=None):
+def _check_deepgemm_arguments(recipe, recipe_a=None, recipe_b=None, c=None):
     if c is not None:
-        raise ValueError("c is not supported: finegemm writes d = a @ b.T without adding an accumulator; pass c=None")
+        raise ValueError("c is not supported yet: finegemm writes d = a @ b.T without adding an accumulator; pass "
+                         "c=None")
+    if (recipe_a is None) != (recipe_b is None):
+        raise ValueError("recipe_a and recipe_b go together: pass both (finegemm runs recipe_a=(1, 128), "
+                         "recipe_b=(128, 128)) or neither")
+    if recipe is not None and recipe_a is not None:
+        raise ValueError("pass either recipe or recipe_a and recipe_b, not both")
     if recipe is not None and tuple(recipe) != _RECIPE:
         raise ValueError(f"recipe {tuple(recipe)} is not supported: finegemm scales a per 1x128 and b per 128x128 "
                          f"block, recipe {_RECIPE} (or None)")
+    if recipe_a is not None and (tuple(recipe_a), tuple(recipe_b)) != (_RECIPE_A, _RECIPE_B):
+        raise ValueError(f"recipe_a={tuple(recipe_a)}, recipe_b={tuple(recipe_b)} is not supported: finegemm scales "
+                         f"a per 1x128 and b per 128x128 block, recipe_a={_RECIPE_A} and recipe_b={_RECIPE_B}")
 
 
-def fp8_gemm_nt(a, b, d, c=None, recipe=None, compiled_dims="nk", disable_ue8m0_cast=False):
-    """DeepGEMM 2.x's name for ``gemm_fp8_fp8_bf16_nt(a, b, d)``: ``a = (fp8 [M, K], scales)``,
-    ``b = (fp8 [N, K], scales)``, ``d`` bf16 ``[M, N]``. ``c`` must be None and ``recipe`` None or (1, 128, 128)."""
-    _check_deepgemm_arguments(recipe, c)
-    gemm_fp8_fp8_bf16_nt(a, b, d)
+def _refuse_blackwell_formats(a, b):
+    """After a failed call: ValueError naming the format when an operand is in one of DeepGEMM's Blackwell formats
+    (packed FP4 values, UE8M0 scales), which finegemm has no kernel for; returns otherwise."""
+    for name, operand in (("a", a), ("b", b)):
+        if not isinstance(operand, (tuple, list)) or len(operand) != 2:
+            return
+        values, scales = operand
+        if getattr(values, "dtype", None) == torch.int8:
+            raise ValueError(f"{name} holds packed FP4 values (torch.int8): finegemm runs FP8 operands "
+                             "(torch.float8_e4m3fn) with fp32 scales; FP4 operands are not supported yet") from None
+        if getattr(scales, "dtype", None) in _UE8M0_DTYPES:
+            raise ValueError(f"{name}'s scales are {scales.dtype} (UE8M0 exponents, Blackwell's format): finegemm "
+                             "takes torch.float32 scales (powers of two included); pass them unpacked as fp32") from None
 
 
-def m_grouped_fp8_gemm_nt_contiguous(a, b, d, m_indices, recipe=None, compiled_dims="nk", disable_ue8m0_cast=False):
-    """DeepGEMM 2.x's name for ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, m_indices)``."""
-    _check_deepgemm_arguments(recipe)
-    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, m_indices)
+def fp8_fp4_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
+                    disable_ue8m0_cast=False):
+    """DeepGEMM 2.x's dense GEMM (also named ``fp8_gemm_nt``): ``d = (a * sa) @ (b * sb).T`` in bf16, as
+    ``gemm_fp8_fp8_bf16_nt(a, b, d)``.
+
+    ``a = (fp8 [M, K], fp32 scales [M, KB])``, ``b = (fp8 [N, K], fp32 scales [NB, KB])``, ``d`` bf16 ``[M, N]``.
+    ``recipe`` None or (1, 128, 128), or ``recipe_a=(1, 128), recipe_b=(128, 128)``; ``c`` must be None. Other
+    recipes, an accumulator ``c`` and packed FP4 operands or UE8M0 scales raise ValueError.
+    """
+    if c is not None or recipe is not None or recipe_a is not None or recipe_b is not None:
+        _check_deepgemm_arguments(recipe, recipe_a, recipe_b, c)
+    try:
+        _gemm(_C.gemm_fp8_fp8_bf16_nt, _FAST["gemm_fp8_fp8_bf16_nt"], a, b, (d,), ("d",))
+    except (TypeError, ValueError):
+        _refuse_blackwell_formats(a, b)
+        raise
 
 
-def m_grouped_fp8_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, compiled_dims="nk",
-                                 disable_ue8m0_cast=False):
-    """DeepGEMM 2.x's name for ``m_grouped_gemm_fp8_fp8_bf16_nt_masked(a, b, d, masked_m, expected_m)``."""
-    _check_deepgemm_arguments(recipe)
-    m_grouped_gemm_fp8_fp8_bf16_nt_masked(a, b, d, masked_m, expected_m)
+def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, recipe_a=None, recipe_b=None,
+                                         compiled_dims="nk", disable_ue8m0_cast=False, use_psum_layout=False,
+                                         ensure_zero_padding=True, expected_m_for_psum_layout=None):
+    """DeepGEMM 2.x's contiguous grouped GEMM (also named ``m_grouped_fp8_gemm_nt_contiguous``), as
+    ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, grouped_layout)``.
+
+    ``grouped_layout`` is ``m_indices``: int32 ``[M_sum]``, each row's group, -1 for padding rows (left untouched);
+    each group's rows start at a multiple of 128. ``use_psum_layout=True`` (grouped_layout as each group's end row)
+    raises ValueError, as do the arguments ``fp8_fp4_gemm_nt`` refuses.
+    """
+    if use_psum_layout:
+        raise ValueError("finegemm runs the contiguous GEMM with m_indices (grouped_layout int32 [M], -1 for padding "
+                         "rows); use_psum_layout=True is not supported yet")
+    if expected_m_for_psum_layout is not None:
+        raise ValueError("expected_m_for_psum_layout goes with use_psum_layout=True, which finegemm does not support "
+                         "yet; pass None")
+    if recipe is not None or recipe_a is not None or recipe_b is not None:
+        _check_deepgemm_arguments(recipe, recipe_a, recipe_b)
+    try:
+        _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"], a, b,
+              (d, grouped_layout), ("d", "grouped_layout"))
+    except (TypeError, ValueError):
+        _refuse_blackwell_formats(a, b)
+        raise
+
+
+def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None,
+                                     compiled_dims="nk", disable_ue8m0_cast=False):
+    """DeepGEMM 2.x's masked grouped GEMM (also named ``m_grouped_fp8_gemm_nt_masked`` and, in DeepGEMM's legacy
+    spelling, ``fp8_m_grouped_gemm_nt_masked``), as ``m_grouped_gemm_fp8_fp8_bf16_nt_masked``.
+
+    ``a = (fp8 [G, M_max, K], fp32 scales [G, M_max, KB])``: scales MN-major per group (strides
+    ``(M_max*KB, 1, M_max)`` with M_max a multiple of 4, as MoE dispatch and fused quantization kernels write them)
+    or K-major. Refuses what ``fp8_fp4_gemm_nt`` refuses.
+    """
+    if recipe is not None or recipe_a is not None or recipe_b is not None:
+        _check_deepgemm_arguments(recipe, recipe_a, recipe_b)
+    try:
+        _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_masked, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_masked"], a, b,
+              (d, masked_m), ("d", "masked_m"), expected_m)
+    except (TypeError, ValueError):
+        _refuse_blackwell_formats(a, b)
+        raise
+
+
+# DeepGEMM's FP8 names are the FP8/FP4 functions themselves.
+fp8_gemm_nt = fp8_fp4_gemm_nt
+m_grouped_fp8_gemm_nt_contiguous = m_grouped_fp8_fp4_gemm_nt_contiguous
+m_grouped_fp8_gemm_nt_masked = m_grouped_fp8_fp4_gemm_nt_masked
+fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_fp4_gemm_nt_masked  # the legacy spelling engines still call
+
+
+def transform_sf_into_required_layout(sf, mn, k, recipe, num_groups=None, is_sfa=None, disable_ue8m0_cast=False,
+                                      psum_layout=None):
+    """DeepGEMM's scale-layout transform, as it runs on Hopper: scales into the layout finegemm's GEMMs read.
+
+    ``recipe``: (gran_a_mn, gran_b_mn, gran_k) with ``is_sfa`` (True for a's scales, False for b's), or (gran_mn,
+    gran_k) without it. ``sf``: fp32 ``[ceil(mn/gran_mn), ceil(k/gran_k)]``, or ``[num_groups, ...]`` when
+    ``num_groups`` is given.
+
+    - a's 1x128 scales come back MN-major and TMA-aligned (``get_mn_major_tma_aligned_tensor``: ``sf`` itself when
+      already so, else a copy);
+    - b's 128x128 scales come back as they are when row-major contiguous, as a row-major copy when contiguous after
+      transposing the last two dimensions, and raise ValueError otherwise.
+
+    Values are never changed: like DeepGEMM on Hopper, no UE8M0 rounding is applied, whatever ``disable_ue8m0_cast``
+    says (round scales to powers of two with ``deep_gemm.utils.ceil_to_ue8m0`` before quantizing if you want them).
+    ``psum_layout`` changes nothing on Hopper. Other granularities and int32 (packed UE8M0) scales raise ValueError.
+    """
+    recipe = tuple(recipe)
+    if len(recipe) == 3:
+        if is_sfa is None:
+            raise ValueError("transform_sf_into_required_layout: a 3-element recipe needs is_sfa (True for a's "
+                             "scales, False for b's)")
+        gran_mn, gran_k = (recipe[0] if is_sfa else recipe[1]), recipe[2]
+    elif len(recipe) == 2:
+        if is_sfa is not None:
+            raise ValueError("transform_sf_into_required_layout: a 2-element recipe (gran_mn, gran_k) takes no is_sfa")
+        gran_mn, gran_k = recipe
+    else:
+        raise ValueError(f"transform_sf_into_required_layout: recipe must have 2 or 3 elements, got {recipe}")
+    _rank(sf, "sf", (2, 3))
+    if sf.dtype in _UE8M0_DTYPES:
+        raise ValueError(f"transform_sf_into_required_layout: sf is {sf.dtype} (packed UE8M0, Blackwell's format); "
+                         "finegemm takes torch.float32 scales")
+    if sf.dtype != torch.float32:
+        raise TypeError(f"transform_sf_into_required_layout: sf must be torch.float32 scales, got {sf.dtype}")
+    expected = ((num_groups,) if num_groups is not None else ()) + ((mn + gran_mn - 1) // gran_mn,
+                                                                     (k + gran_k - 1) // gran_k)
+    if tuple(sf.shape) != expected:
+        raise ValueError(f"transform_sf_into_required_layout: sf must have shape {list(expected)} for mn={mn}, k={k}, "
+                         f"granularity {gran_mn}x{gran_k}, num_groups={num_groups}; got {list(sf.shape)}")
+    if (gran_mn, gran_k) == (1, 128):
+        return get_mn_major_tma_aligned_tensor(sf)
+    if (gran_mn, gran_k) == (128, 128):
+        rows, cols = sf.shape[-2], sf.shape[-1]
+        groups_back_to_back = sf.dim() == 2 or sf.shape[0] == 1 or sf.stride(0) == rows * cols
+        if groups_back_to_back and (sf.stride(-1) == 1 or cols == 1) and (sf.stride(-2) == cols or rows == 1):
+            return sf
+        if groups_back_to_back and (sf.stride(-2) == 1 or rows == 1) and (sf.stride(-1) == rows or cols == 1):
+            return sf.contiguous()
+        raise ValueError(f"transform_sf_into_required_layout: b's scales must be contiguous, or contiguous after "
+                         f"transposing their last two dimensions; got shape {list(sf.shape)}, strides "
+                         f"{list(sf.stride())}")
+    raise ValueError(f"transform_sf_into_required_layout: {gran_mn}x{gran_k} scales are not supported: finegemm runs "
+                     f"a's scales per 1x128 (recipe (1, 128, 128) with is_sfa=True, or (1, 128)) and b's per 128x128 "
+                     f"(is_sfa=False, or (128, 128))")
 
 
 # ---- Layouts --------------------------------------------------------------------------------------------------------
@@ -226,6 +362,24 @@ get_mn_major_tma_aligned_tensor = get_col_major_tma_aligned_tensor  # DeepGEMM 2
 # ---- Quantizers -----------------------------------------------------------------------------------------------------
 
 
+def _quantize(fn, x, scale_shape, mn_major_scales=False):
+    """Runs the quantizer `fn` of finegemm._C on x into new fp8 values and new fp32 scales of `scale_shape`
+    (row-major, or MN-major TMA-aligned), once x has passed the checks that need no allocation."""
+    _rank(x, "x", (2, 3))
+    vx = _view(x, "x")
+    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    if mn_major_scales:
+        scales = _mn_major_scales(scale_shape[0] if len(scale_shape) == 3 else None, *scale_shape[-2:], x.device)
+    else:
+        scales = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
+    fn(vx, _view(out, "out"), _view(scales, "scales"), _stream())
+    return out, scales
+
+
+def _scale_shape(x, rows_per_scale):
+    return tuple(x.shape[:-2]) + ((x.shape[-2] + rows_per_scale - 1) // rows_per_scale, (x.shape[-1] + 127) // 128)
+
+
 def per_token_cast_to_fp8(x):
     """1x128 quantization of activations on the GPU: ``(fp8 [M, K], fp32 scales [M, ceil(K/128)])`` for a bf16 or
     fp32 ``[M, K]`` input (``[G, M, K]`` gives ``[G, M, K]`` and ``[G, M, KB]``).
@@ -235,12 +389,7 @@ def per_token_cast_to_fp8(x):
     K must be a multiple of 8; x K-contiguous.
     """
     _rank(x, "x", (2, 3))
-    vx = _view(x, "x")
-    rows, cols = x.shape[-2], x.shape[-1]
-    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    scales = _mn_major_scales(x.shape[0] if x.dim() == 3 else None, rows, (cols + 127) // 128, x.device)
-    _C.per_token_cast_to_fp8(vx, _view(out, "out"), _view(scales, "scales"), _stream())
-    return out, scales
+    return _quantize(_C.per_token_cast_to_fp8, x, _scale_shape(x, 1), mn_major_scales=True)
 
 
 def per_block_cast_to_fp8(x):
@@ -249,9 +398,61 @@ def per_block_cast_to_fp8(x):
     GEMMs take them. Same rule as ``per_token_cast_to_fp8`` over 128x128 blocks; K must be a multiple of 8.
     """
     _rank(x, "x", (2, 3))
-    vx = _view(x, "x")
-    out = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    scale_shape = tuple(x.shape[:-2]) + ((x.shape[-2] + 127) // 128, (x.shape[-1] + 127) // 128)
-    scales = torch.empty(scale_shape, dtype=torch.float32, device=x.device)
-    _C.per_block_cast_to_fp8(vx, _view(out, "out"), _view(scales, "scales"), _stream())
+    return _quantize(_C.per_block_cast_to_fp8, x, _scale_shape(x, 128))
+
+
+# ---- DeepGEMM's utils quantizers ------------------------------------------------------------------------------------
+# deep_gemm.utils' signatures and results: K-major scales ([M, KB] row-major) from the per-token quantizer, and
+# power-of-two scales on request (use_ue8m0). They run finegemm's quantizers above (same formula, on the GPU); with
+# use_ue8m0 the scales are then rounded up to powers of two and x is quantized again by them (an exact division).
+
+
+def ceil_to_ue8m0(x):
+    """The power of two at or above each ``|x|`` (fp32), within UE8M0's normal range ``2**-126 .. 2**127``."""
+    mantissa, exponent = torch.frexp(x.abs().float())
+    # |x| = mantissa * 2**exponent with mantissa in [0.5, 1): 2**(exponent - 1) is |x| itself when mantissa is 0.5.
+    biased = (exponent - (mantissa == 0.5).to(exponent.dtype) + 127).clamp(1, 254)
+    biased = torch.where(mantissa == 0, torch.ones_like(biased), biased)  # zero: the smallest, like a subnormal
+    return (biased.to(torch.int32) << 23).view(torch.float32)
+
+
+def _check_deepgemm_quantizer(x, gran_k, use_packed_ue8m0=False):
+    if gran_k != 128:
+        raise ValueError(f"gran_k={gran_k} is not supported: finegemm quantizes per 128 elements along K (gran_k=128)")
+    if use_packed_ue8m0:
+        raise ValueError("use_packed_ue8m0=True is not supported: packed UE8M0 scales are Blackwell's format; "
+                         "finegemm's GEMMs take fp32 scales (use_ue8m0=True gives power-of-two fp32 scales)")
+    _rank(x, "x", (2,))
+
+
+def _requantize(x, scales, rows_per_scale):
+    """x quantized again by `scales` (powers of two: an exact division), each scale covering rows_per_scale x 128."""
+    expanded = scales.repeat_interleave(128, dim=1)
+    if rows_per_scale > 1:
+        expanded = expanded.repeat_interleave(rows_per_scale, dim=0)
+    return (x.float() / expanded[: x.shape[0], : x.shape[1]]).to(torch.float8_e4m3fn)
+
+
+def deepgemm_per_token_cast_to_fp8(x, use_ue8m0, gran_k=128, use_packed_ue8m0=False):
+    """``deep_gemm.utils.per_token_cast_to_fp8``: bf16 or fp32 ``x [M, K]`` (on the GPU, K a multiple of 8) ->
+    ``(fp8 [M, K], fp32 scales [M, ceil(K/128)] K-major)``, one scale per row per 128-wide K block:
+    ``scale = max(amax, 2**-64) / 448``, rounded up to a power of two with ``use_ue8m0``; ``fp8 = e4m3(x / scale)``.
+    ``gran_k`` must be 128 and ``use_packed_ue8m0`` False (Blackwell's format)."""
+    _check_deepgemm_quantizer(x, gran_k, use_packed_ue8m0)
+    out, scales = _quantize(_C.per_token_cast_to_fp8, x, _scale_shape(x, 1))
+    if use_ue8m0:
+        scales = ceil_to_ue8m0(scales)
+        out = _requantize(x, scales, 1)
+    return out, scales
+
+
+def deepgemm_per_block_cast_to_fp8(x, use_ue8m0, gran_k=128):
+    """``deep_gemm.utils.per_block_cast_to_fp8``: bf16 or fp32 ``x [N, K]`` (on the GPU, K a multiple of 8) ->
+    ``(fp8 [N, K], fp32 scales [ceil(N/128), ceil(K/128)])``, one scale per 128x128 block, by the rule of
+    ``deepgemm_per_token_cast_to_fp8``. ``gran_k`` must be 128."""
+    _check_deepgemm_quantizer(x, gran_k)
+    out, scales = _quantize(_C.per_block_cast_to_fp8, x, _scale_shape(x, 128))
+    if use_ue8m0:
+        scales = ceil_to_ue8m0(scales)
+        out = _requantize(x, scales, 128)
     return out, scales

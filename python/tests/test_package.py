@@ -34,7 +34,11 @@ def test_api_names():
                  "per_token_cast_to_fp8", "per_block_cast_to_fp8",
                  # DeepGEMM 2.x's names
                  "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
-                 "get_mk_alignment_for_contiguous_layout", "get_mn_major_tma_aligned_tensor"):
+                 "get_mk_alignment_for_contiguous_layout", "get_mn_major_tma_aligned_tensor",
+                 "fp8_fp4_gemm_nt", "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked",
+                 "fp8_m_grouped_gemm_nt_masked", "transform_sf_into_required_layout",
+                 "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
+                 "install_as_deep_gemm"):
         assert callable(getattr(finegemm, name)), name
         assert name in finegemm.__all__
     assert finegemm.get_mk_alignment_for_contiguous_layout() == finegemm.get_m_alignment_for_contiguous_layout()

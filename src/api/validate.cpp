@@ -71,17 +71,27 @@ int64_t fp8_row_stride(const TensorView& t, int dim, const char* fn, const char*
 }
 
 /// SA [rows, KB]: MN-major (strides {1, M_pad}, M_pad >= rows, multiple of 4) or K-major (strides {ld >= KB, 1}).
-/// Sets *k_major and returns ld (M_pad or the K-major row stride).
-int64_t sa_layout_2d(const TensorView& sa, int64_t rows, int64_t kb, const char* fn, bool* k_major) {
+/// Sets *k_major and returns ld (M_pad or the K-major row stride). The stride of a dimension of size 1 is never used
+/// to address anything, so it does not decide the layout: with KB == 1 any K-major row stride >= 1 reads, and with
+/// one row the K-major row stride is `single_row_ld` (KB, or the group stride of a [G, 1, KB] masked SA).
+int64_t sa_layout_2d(const TensorView& sa, int64_t rows, int64_t kb, int64_t single_row_ld, const char* fn,
+                     bool* k_major) {
   const int64_t s0 = sa.strides[sa.rank - 2], s1 = sa.strides[sa.rank - 1];
   if (s0 == 1 && s1 % 4 == 0 && s1 >= rows && !(kb == 1 && s1 == 1 && rows > 1)) {
     *k_major = false;
     return s1;
   }
-  if (s1 == 1 && s0 >= kb) {
+  const int64_t ld = rows == 1 ? single_row_ld : s0;
+  if ((s1 == 1 || kb == 1) && ld >= kb) {
     *k_major = true;
-    return s0;
+    return ld;
   }
+  if (s0 == 1 && s1 >= rows)
+    fail(Error::Kind::kInvalidArgument, fn, "SA is MN-major but its K-block stride M_pad=", s1,
+         " is not a multiple of 4 (TMA needs 16-byte strides): ", sa.describe(),
+         "; allocate it with M_pad = get_tma_aligned_size(M, 4) (masked [G, M_max, KB] scales with strides "
+         "{M_max*KB, 1, M_max} need M_max % 4 == 0), convert it (get_mn_major_tma_aligned_tensor in Python) or pass "
+         "it K-major");
   fail(Error::Kind::kInvalidArgument, fn, "SA layout not supported: ", sa.describe(),
        "; pass it MN-major and TMA-aligned (strides {1, M_pad} with M_pad = get_tma_aligned_size(M, 4), free) or "
        "K-major (strides {ld >= KB, 1})");
@@ -147,7 +157,7 @@ void check_activations_2d(const TensorView& a, const TensorView& sa, const Tenso
   const int64_t kb = ceil_div(c.k, 128);
   c.lda = fp8_row_stride(a, 0, fn, "A");
   expect_dims(sa, {c.rows, kb}, fn, "SA", sa_shape);
-  c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
+  c.ld_sa = sa_layout_2d(sa, c.rows, kb, kb, fn, &c.sa_k_major);
   check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(sa.data, 16, fn, "SA");
@@ -222,10 +232,10 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   FG_EXPECT(a.strides[0] == c.rows * a.strides[1] || c.num_groups == 1, fn,
          detail::concat("A groups must be back to back (stride[0] == M_max * stride[1]), got ", a.describe()));
   expect_dims(sa, {c.num_groups, c.rows, kb}, fn, "SA", "[G, M_max, ceil(K/128)]");
-  c.ld_sa = sa_layout_2d(sa, c.rows, kb, fn, &c.sa_k_major);
+  c.ld_sa = sa_layout_2d(sa, c.rows, kb, c.num_groups > 1 ? sa.strides[0] : kb, fn, &c.sa_k_major);
   if (c.sa_k_major) {
-    FG_EXPECT(sa.strides[0] == c.rows * sa.strides[1] || c.num_groups == 1, fn,
-           detail::concat("K-major SA groups must be back to back (stride[0] == M_max * stride[1]), got ",
+    FG_EXPECT(sa.strides[0] == c.rows * c.ld_sa || c.num_groups == 1, fn,
+           detail::concat("K-major SA groups must be back to back (stride[0] == M_max * row stride), got ",
                           sa.describe()));
   } else {
     FG_EXPECT(sa.strides[0] == kb * sa.strides[2] || c.num_groups == 1, fn,

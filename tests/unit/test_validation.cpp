@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "api/validate.hpp"
 #include "finegemm/finegemm.hpp"
 #include "unit/expect_error.hpp"
 
@@ -122,6 +123,73 @@ TEST(Validation, GroupedBadInputs) {
   idx.shape[0] = 256;
   expect_error([&] { finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a2, sa2, b_strided, sb, d2, idx); },
                Error::Kind::kInvalidArgument, "B [G, N, K] must be contiguous");
+}
+
+// Masked activation scales laid out [G, T, KB] with strides {T*KB, 1, T} (expert, token, K block: element (g, t, kb) at
+// g*T*KB + kb*T + t), as MoE dispatch and fused activation-quantization kernels write them: finegemm's MN-major layout
+// with M_pad = T.
+struct Masked {
+  int64_t g = 4, t = 64, n = 256, k = 512;
+  TensorView a, sa, b, sb, d, masked_m;
+  explicit Masked(int64_t tokens, int64_t k_ = 512) : t(tokens), k(k_) {
+    const int64_t kb = (k + 127) / 128;
+    a = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {g, t, k});
+    sa = TensorView::strided(addr(0x20000), DType::kFloat32, {g, t, kb}, {t * kb, 1, t});
+    b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {g, n, k});
+    sb = TensorView::contiguous(addr(0x40000), DType::kFloat32, {g, 2, kb});
+    d = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {g, t, n});
+    masked_m = TensorView::contiguous(addr(0x60000), DType::kInt32, {g});
+  }
+  finegemm::GemmCall validate() const { return finegemm::validate_masked(a, sa, b, sb, d, masked_m, 16); }
+};
+
+TEST(Validation, MaskedScalesExpertTokenBlockAreMnMajor) {
+  for (const int64_t tokens : {4, 64, 256, 1028}) {
+    SCOPED_TRACE(tokens);
+    const finegemm::GemmCall c = Masked(tokens).validate();
+    EXPECT_FALSE(c.sa_k_major);
+    EXPECT_EQ(c.ld_sa, tokens);  // M_pad = T
+    EXPECT_EQ(c.a_rows, 4 * tokens);
+  }
+}
+
+TEST(Validation, MaskedScalesWithTokensNotAMultipleOf4NameTheTmaRule) {
+  for (const int64_t tokens : {6, 65, 129}) {
+    SCOPED_TRACE(tokens);
+    const Masked p(tokens);
+    expect_error([&] { p.validate(); }, Error::Kind::kInvalidArgument,
+                 "K-block stride M_pad=" + std::to_string(tokens) + " is not a multiple of 4");
+    expect_error([&] { p.validate(); }, Error::Kind::kInvalidArgument, "M_max % 4 == 0");
+  }
+  // The same rule for the dense GEMM's [M, KB] scales with strides {1, M}.
+  Dense dense;
+  dense.a.shape[0] = dense.sa.shape[0] = dense.d.shape[0] = 63;
+  dense.sa.strides[1] = 63;
+  expect_error([&] { dense.call(); }, Error::Kind::kInvalidArgument, "K-block stride M_pad=63 is not a multiple of 4");
+}
+
+TEST(Validation, SizeOneDimensionsDoNotDecideTheScaleLayout) {
+  // One token per expert: strides {KB, 1, 1} address exactly the K-major [G, 1, KB] tensor.
+  const finegemm::GemmCall one_token = Masked(1).validate();
+  EXPECT_TRUE(one_token.sa_k_major);
+  EXPECT_EQ(one_token.ld_sa, 4);
+  // One K block (K <= 128): strides {T, 1, T} address a K-major [G, T, 1] tensor whatever T is.
+  const finegemm::GemmCall one_block = Masked(6, 128).validate();
+  EXPECT_TRUE(one_block.sa_k_major);
+  EXPECT_EQ(one_block.ld_sa, 1);
+  // Dense, one row: [1, KB] with strides {1, 1} (a transposed [KB, 1] view) is K-major.
+  Dense dense;
+  dense.a.shape[0] = dense.sa.shape[0] = dense.d.shape[0] = 1;
+  dense.sa.strides[0] = dense.sa.strides[1] = 1;
+  const finegemm::GemmCall row = finegemm::validate_normal(dense.a, dense.sa, dense.b, dense.sb, dense.d);
+  EXPECT_TRUE(row.sa_k_major);
+  EXPECT_EQ(row.ld_sa, 4);
+  // A real stride still counts: K-major rows closer than KB apart overlap.
+  Masked overlapping(8);
+  overlapping.sa.strides[0] = 8 * 2;
+  overlapping.sa.strides[1] = 2;
+  overlapping.sa.strides[2] = 1;
+  expect_error([&] { overlapping.validate(); }, Error::Kind::kInvalidArgument, "SA layout not supported");
 }
 
 TEST(Validation, IsSupportedAnswersWithoutThrowing) {
