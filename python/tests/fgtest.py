@@ -156,3 +156,18 @@ def weights(n, k, dtype=None, device="cuda", lead=()):
     block_scale = torch.exp2(torch.randint(-10, 10, (*lead, nb, 1, kb, 1), device=device).float())
     w = torch.randn(*lead, nb, 128, kb, 128, device=device) * block_scale
     return w.view(*lead, nb * 128, kb * 128)[..., :n, :k].to(dtype).contiguous()
+
+
+def capture_graph(step):
+    """`step` run once on a side stream (every kernel compiled, as torch.cuda.graph's documentation asks), then
+    captured into a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph

@@ -53,20 +53,6 @@ def pdl(enabled):
         finegemm.set_pdl(previous)
 
 
-def capture(step):
-    """`step` run once on a side stream (every kernel compiled), then captured into a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph
-
-
 def replay(graph, outs):
     for out in outs:
         out.view(torch.int16).fill_(fgtest.BF16_POISON)
@@ -113,7 +99,7 @@ def test_graphs_with_and_without_pdl_give_the_eager_chains_bits():
     for enabled in (False, True):
         outs = graph_outs[enabled] = poisoned_outputs(steps)
         with pdl(enabled):
-            graphs[enabled] = capture(lambda: run_chain(steps, outs))
+            graphs[enabled] = fgtest.capture_graph(lambda: run_chain(steps, outs))
         what = f"graph with PDL {'on' if enabled else 'off'} (seed {seed})"
         assert_same_bits(replay(graphs[enabled], outs), eager, what)
 

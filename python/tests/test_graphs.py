@@ -37,17 +37,7 @@ def test_gemms_in_a_cuda_graph():
         finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs_c, rhs_c, out_c, m_indices)
         finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs_m, rhs_m, out_m, masked_m, 64)
 
-    # Warm up on a side stream (compiles every kernel), as torch.cuda.graph's documentation asks.
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = fgtest.capture_graph(step)
 
     for replay in range(3):
         what = f"replay {replay} (seed {seed})"
