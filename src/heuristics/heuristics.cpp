@@ -173,8 +173,7 @@ std::string KernelConfig::describe() const {
      << (split_k > 1 ? " split-K=" + std::to_string(split_k) : std::string())
      << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
-     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "")
-     << " grid=" << grid
+     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "") << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -223,7 +222,6 @@ ConfigConstraints parse_constraints(const std::string& text) {
   }
   return c;
 }
-
 
 uint32_t sa_mode_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
