@@ -91,6 +91,20 @@ class Error : public std::runtime_error {
 void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                           const TensorView& d, Stream stream = nullptr);
 
+/// D[M,N] = A[M,K] x B[N,K]^T (+ C), the general dense form: fp32 or bf16 output, optional accumulation, and B's scales
+/// either per 128x128 block (weights, as above) or per 1x128 row block (the weight-gradient GEMM of FP8 training,
+/// where both operands are activations or gradients quantized along the token dimension, the K of this GEMM).
+/// `a`, `sa`: as for gemm_fp8_fp8_bf16_nt. `b`: fp8 [N, K] row-major. `sb`: fp32, one of
+///   * [NB, KB] row-major: one scale per 128x128 block of B;
+///   * [N, KB] MN-major and TMA-aligned, strides {1, N_pad} with N_pad = get_tma_aligned_size(N, 4) (N % 8 == 0 makes
+///     N_pad = N): one scale per row of B per 128-wide K block (what per_token_cast_to_fp8 writes with MN-major scales).
+///   The shape tells them apart (N > NB for every valid N).
+/// `d`: bf16 or fp32 [M, N], N-contiguous, row stride a multiple of 16 bytes. `c`: nullopt, or fp32 [M, N] with the
+/// same rules (it may be `d` itself, then with d's strides, or a tensor that does not overlap d): D = C + A x B^T with
+/// fp32 D only. The sum is the fp32 product plus C's value, rounded once.
+void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                     const TensorView& d, const std::optional<TensorView>& c, Stream stream = nullptr);
+
 /// MoE grouped GEMM, contiguous layout. `a`: fp8 [M_sum, K], each expert's rows starting at a multiple of
 /// get_m_alignment_for_contiguous_layout(). `sa`: [M_sum, KB]. `b`: fp8 [G, N, K]. `sb`: [G, NB, KB].
 /// `d`: bf16 [M_sum, N]. `m_indices`: int32 [M_sum] on the device, the expert of each row, -1 for padding rows.
@@ -153,6 +167,9 @@ struct Problem {
   int num_groups = 1;
   int64_t m_max = 0;       ///< masked only: M_max
   bool sa_k_major = false; ///< SA given K-major ([M, KB] row-major)
+  bool sb_per_row = false; ///< normal only: B's scales per 1x128 row block ([N, KB]) instead of per 128x128 block
+  DType d_dtype = DType::kBFloat16;  ///< normal only: kBFloat16 or kFloat32
+  bool accumulate = false; ///< normal only: D = C + A x B^T (fp32 D)
 };
 
 /// Answers "would this call be accepted?" without throwing. On false, `reason` (if given) says what to change.

@@ -18,7 +18,7 @@ try:  # the GEMMs' fast path, built where PyTorch's headers were found at instal
     from . import _C_torch
 except ImportError:  # not built, or built against another PyTorch: the descriptor path below does everything
     _C_torch = None
-_FAST = {name: getattr(_C_torch, name, None) for name in ("gemm_fp8_fp8_bf16_nt",
+_FAST = {name: getattr(_C_torch, name, None) for name in ("gemm_fp8_fp8_bf16_nt", "gemm_fp8_fp8_nt",
                                                           "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
                                                           "m_grouped_gemm_fp8_fp8_bf16_nt_masked")}
 
@@ -118,6 +118,27 @@ def gemm_fp8_fp8_bf16_nt(lhs, rhs, out):
     _gemm(_C.gemm_fp8_fp8_bf16_nt, _FAST["gemm_fp8_fp8_bf16_nt"], lhs, rhs, (out,), ("out",))
 
 
+def gemm_fp8_fp8_nt(lhs, rhs, out, c=None):
+    """``out = (lhs * lhs_scales) @ (rhs * rhs_scales).T (+ c)``: the general dense GEMM, with bf16 or fp32 ``out``, an
+    optional fp32 accumulator ``c`` and ``rhs_scales`` per 128x128 block or per 1x128 row block.
+
+    The second form is the weight-gradient GEMM of FP8 training (``dW = dY.T @ X``, both operands quantized along the
+    tokens, the K of this GEMM, and accumulated into the fp32 main gradient: ``c = out``).
+
+    Args:
+        lhs: ``(lhs, lhs_scales)`` as for ``gemm_fp8_fp8_bf16_nt``.
+        rhs: ``(rhs, rhs_scales)``: fp8 ``[N, K]`` and fp32 scales, either ``[ceil(N/128), ceil(K/128)]`` (128x128
+            blocks, row-major) or ``[N, ceil(K/128)]`` (1x128 blocks) in the MN-major TMA-aligned layout that
+            ``per_token_cast_to_fp8`` returns (``get_mn_major_tma_aligned_tensor`` converts others).
+        out: bf16 or fp32 ``[M, N]``, written.
+        c: None, or fp32 ``[M, N]`` added to the product (fp32 ``out`` only); it may be ``out`` itself.
+    """
+    if c is None:
+        _gemm(_C.gemm_fp8_fp8_nt, _FAST["gemm_fp8_fp8_nt"], lhs, rhs, (out,), ("out",), None)
+    else:
+        _gemm(_C.gemm_fp8_fp8_nt, _FAST["gemm_fp8_fp8_nt"], lhs, rhs, (out, c), ("out", "c"))
+
+
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
     """MoE grouped GEMM, contiguous layout: ``out[i] = lhs[i] @ rhs[m_indices[i]].T`` for each row i.
 
@@ -194,19 +215,65 @@ def _refuse_blackwell_formats(a, b):
                              "takes torch.float32 scales (powers of two included); pass them unpacked as fp32") from None
 
 
+_RECIPE_1D1D = (1, 1, 128)
+_RECIPE_B_1D1D = (1, 128)
+
+
+def _dense_recipe(b, recipe, recipe_a, recipe_b):
+    """Whether b's scales are per 1x128 row block (True) or per 128x128 block (False), from the recipe DeepGEMM was
+    given or, with none, from the scales' shape; ValueError for a recipe finegemm does not run."""
+    if (recipe_a is None) != (recipe_b is None):
+        raise ValueError("recipe_a and recipe_b go together: pass both (finegemm runs recipe_a=(1, 128) with "
+                         "recipe_b=(128, 128) or (1, 128)) or neither")
+    if recipe is not None and recipe_a is not None:
+        raise ValueError("pass either recipe or recipe_a and recipe_b, not both")
+    if recipe is not None:
+        if tuple(recipe) not in (_RECIPE, _RECIPE_1D1D):
+            raise ValueError(f"recipe {tuple(recipe)} is not supported: finegemm scales a per 1x128 and b per 128x128 "
+                             f"block {_RECIPE} or per 1x128 block {_RECIPE_1D1D}")
+        return tuple(recipe) == _RECIPE_1D1D
+    if recipe_a is not None:
+        if tuple(recipe_a) != _RECIPE_A or tuple(recipe_b) not in (_RECIPE_B, _RECIPE_B_1D1D):
+            raise ValueError(f"recipe_a={tuple(recipe_a)}, recipe_b={tuple(recipe_b)} is not supported: finegemm "
+                             f"scales a per 1x128 (recipe_a={_RECIPE_A}) and b per 128x128 block "
+                             f"(recipe_b={_RECIPE_B}) or per 1x128 block (recipe_b={_RECIPE_B_1D1D})")
+        return tuple(recipe_b) == _RECIPE_B_1D1D
+    try:
+        values, scales = b
+        return scales.dim() == 2 and scales.shape[0] == values.shape[0] and values.shape[0] > 1
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return False
+
+
 def fp8_fp4_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
                     disable_ue8m0_cast=False):
-    """DeepGEMM 2.x's dense GEMM (also named ``fp8_gemm_nt``): ``d = (a * sa) @ (b * sb).T`` in bf16, as
-    ``gemm_fp8_fp8_bf16_nt(a, b, d)``.
+    """DeepGEMM 2.x's dense GEMM (also named ``fp8_gemm_nt``): ``d = (a * sa) @ (b * sb).T (+ c)``, as
+    ``gemm_fp8_fp8_nt(a, b, d, c)``.
 
-    ``a = (fp8 [M, K], fp32 scales [M, KB])``, ``b = (fp8 [N, K], fp32 scales [NB, KB])``, ``d`` bf16 ``[M, N]``.
-    ``recipe`` None or (1, 128, 128), or ``recipe_a=(1, 128), recipe_b=(128, 128)``; ``c`` must be None. Other
-    recipes, an accumulator ``c`` and packed FP4 operands or UE8M0 scales raise ValueError.
+    ``a = (fp8 [M, K], fp32 scales [M, KB])``; ``b = (fp8 [N, K], fp32 scales)``: ``[NB, KB]`` (recipe (1, 128, 128),
+    or ``recipe_a=(1, 128), recipe_b=(128, 128)``) or ``[N, KB]`` (recipe (1, 1, 128), or ``recipe_b=(1, 128)``: the
+    weight gradient; K-major scales are converted to the MN-major layout first, as DeepGEMM does). With no recipe,
+    the shape of b's scales decides. ``d`` bf16 or fp32 ``[M, N]``; ``c`` None or fp32 ``[M, N]`` (often ``d``
+    itself). Other recipes and packed FP4 operands or UE8M0 scales raise ValueError.
     """
-    if c is not None or recipe is not None or recipe_a is not None or recipe_b is not None:
-        _check_deepgemm_arguments(recipe, recipe_a, recipe_b, c)
+    if c is None and recipe is None and recipe_a is None and recipe_b is None:
+        # The forward GEMM (bf16 d, b per 128x128 block) first: its warm call stays as short as the plain name's.
+        try:
+            _gemm(_C.gemm_fp8_fp8_bf16_nt, _FAST["gemm_fp8_fp8_bf16_nt"], a, b, (d,), ("d",))
+            return
+        except (TypeError, ValueError):
+            b_per_row = _dense_recipe(b, None, None, None)
+            if not b_per_row and getattr(d, "dtype", None) != torch.float32:
+                _refuse_blackwell_formats(a, b)
+                raise
+    else:
+        b_per_row = _dense_recipe(b, recipe, recipe_a, recipe_b)
+    if b_per_row:
+        values, scales = _pair(b, "b")
+        if isinstance(scales, _Tensor) and scales.dim() == 2 and scales.dtype == torch.float32 and scales.is_cuda:
+            b = (values, get_mn_major_tma_aligned_tensor(scales))
     try:
-        _gemm(_C.gemm_fp8_fp8_bf16_nt, _FAST["gemm_fp8_fp8_bf16_nt"], a, b, (d,), ("d",))
+        gemm_fp8_fp8_nt(a, b, d, c)
     except (TypeError, ValueError):
         _refuse_blackwell_formats(a, b)
         raise

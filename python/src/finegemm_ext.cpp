@@ -10,6 +10,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "translate_error.hpp"
@@ -72,6 +73,17 @@ NB_MODULE(_C, m) {
         finegemm::gemm_fp8_fp8_bf16_nt(va, vsa, vb, vsb, vd, to_stream(stream));
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"), nb::arg("stream"));
+  m.def(
+      "gemm_fp8_fp8_nt",
+      [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle c, uintptr_t stream) {
+        const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
+                                   vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out");
+        const std::optional<finegemm::TensorView> vc =
+            c.is_none() ? std::nullopt : std::optional(to_view(c, "c"));
+        finegemm::gemm_fp8_fp8_nt(va, vsa, vb, vsb, vd, vc, to_stream(stream));
+      },
+      nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"), nb::arg("c").none(),
+      nb::arg("stream"));
   m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle m_indices,

@@ -11,6 +11,7 @@
 #include <nanobind/nanobind.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <optional>
 #include <string>
 
 #include "translate_error.hpp"
@@ -64,6 +65,11 @@ NB_MODULE(_C_torch, m) {
   m.def("gemm_fp8_fp8_bf16_nt", [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d) {
     const finegemm::TensorView va = to_view(a), vsa = to_view(sa), vb = to_view(b), vsb = to_view(sb), vd = to_view(d);
     finegemm::gemm_fp8_fp8_bf16_nt(va, vsa, vb, vsb, vd, current_stream());
+  });
+  m.def("gemm_fp8_fp8_nt", [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle c) {
+    const finegemm::TensorView va = to_view(a), vsa = to_view(sa), vb = to_view(b), vsb = to_view(sb), vd = to_view(d);
+    const std::optional<finegemm::TensorView> vc = c.is_none() ? std::nullopt : std::optional(to_view(c));
+    finegemm::gemm_fp8_fp8_nt(va, vsa, vb, vsb, vd, vc, current_stream());
   });
   m.def("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
         [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle m_indices) {

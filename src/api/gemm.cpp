@@ -44,7 +44,7 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
 
 /// Everything a launch depends on, as a flat key.
 struct PlanKey {
-  std::array<uint64_t, 19> words{};
+  std::array<uint64_t, 23> words{};
   bool operator==(const PlanKey& o) const { return words == o.words; }
 };
 
@@ -65,7 +65,8 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
   k.words = {uint64_t(c.kind), uint64_t(c.rows), uint64_t(c.n), uint64_t(c.k), uint64_t(c.num_groups),
              uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
              p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
-             uint64_t(c.a_rows)};
+             uint64_t(c.a_rows), uint64_t(c.sb_per_row) | uint64_t(c.d_dtype) << 1, uint64_t(c.ld_sb), p(c.c),
+             uint64_t(c.ld_c)};
   return k;
 }
 
@@ -128,6 +129,9 @@ Problem problem_of(const GemmCall& c) {
   p.num_groups = c.num_groups;
   p.m_max = c.kind == GemmKind::kGroupedMasked ? c.rows : 0;
   p.sa_k_major = c.sa_k_major;
+  p.sb_per_row = c.sb_per_row;
+  p.d_dtype = c.d_dtype;
+  p.accumulate = c.c != nullptr;
   return p;
 }
 
@@ -186,13 +190,28 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
               uint64_t(c.a_rows), uint64_t(c.ld_sa) * 4, device::gemm_sa_row_floats(cfg.sa_mode),
               uint32_t(cfg.block_m), CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, K-major)");
   }
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.n),
-            uint64_t(c.a_rows), uint64_t(c.ld_d) * 2, device::epilogue_slab_cols(uint32_t(cfg.block_n)),
-            device::kWarpgroupRows, swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n))),
-            "cuTensorMapEncodeTiled(D)");
+  if (c.sb_per_row) {
+    // 1x128 SB, MN-major: [KB, N_pad] with row stride ld_sb; a box of the tile's BLOCK_N column scales.
+    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sb), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sb, uint64_t(c.n),
+              uint64_t(kb), uint64_t(c.ld_sb) * 4, uint32_t(cfg.block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
+              "cuTensorMapEncodeTiled(SB, 1x128)");
+  }
+  // D (and C) in the epilogue's slabs: bf16 or fp32 boxes of (slab columns, 64 rows), swizzled like the shared tile.
+  const uint32_t out_bytes = device::gemm_out_bytes(cfg.output);
+  const CUtensorMapDataType out_type =
+      out_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), out_bytes);
+  const CUtensorMapSwizzle out_swizzle =
+      swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), out_bytes));
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), out_type, c.d, uint64_t(c.n), uint64_t(c.a_rows),
+            uint64_t(c.ld_d) * out_bytes, slab_cols, device::kWarpgroupRows, out_swizzle, "cuTensorMapEncodeTiled(D)");
+  if (c.c != nullptr)
+    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_c), out_type, c.c, uint64_t(c.n), uint64_t(c.a_rows),
+              uint64_t(c.ld_c) * out_bytes, slab_cols, device::kWarpgroupRows, out_swizzle,
+              "cuTensorMapEncodeTiled(C)");
   args.sb = static_cast<const float*>(c.sb);
   args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
-  args.d = static_cast<uint16_t*>(c.d);
+  args.d = static_cast<uint8_t*>(c.d);
   args.grouped_layout = static_cast<const int32_t*>(c.layout);
   args.error_flags = reinterpret_cast<uint32_t*>(ctx.error_flags(device));
   args.ld_sa = c.ld_sa;
@@ -278,6 +297,11 @@ void run(const GemmCall& call, Stream stream) {
 void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                           const TensorView& d, Stream stream) {
   run(validate_normal(a, sa, b, sb, d), stream);
+}
+
+void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                     const TensorView& d, const std::optional<TensorView>& c, Stream stream) {
+  run(validate_dense(a, sa, b, sb, d, c ? &*c : nullptr), stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,

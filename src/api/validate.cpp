@@ -110,14 +110,22 @@ void check_sb(const TensorView& sb, int groups, int64_t nb, int64_t kb, const ch
   expect_aligned(sb.data, 4, fn, "SB");
 }
 
+/// An output-shaped [rows, N] matrix (D, or C): N-contiguous, row stride a multiple of 16 bytes, 16-byte aligned.
+void check_out_2d(const TensorView& d, int64_t rows, int64_t n, const char* fn, const char* name, DType dtype,
+                  int64_t* ld) {
+  expect_tensor(d, fn, name, dtype, 2);
+  expect_dims(d, {rows, n}, fn, name, "[M, N]");
+  FG_EXPECT(d.strides[1] == 1, fn, detail::concat(name, " must be N-contiguous (last stride 1), got ", d.describe()));
+  const int64_t per_16_bytes = 16 / dtype_size(dtype);
+  FG_EXPECT(d.strides[0] >= n && d.strides[0] % per_16_bytes == 0, fn,
+            detail::concat(name, " row stride must be >= N and a multiple of ", per_16_bytes,
+                           " elements (16 bytes), got ", d.describe()));
+  expect_aligned(d.data, 16, fn, name);
+  *ld = d.strides[0];
+}
+
 void check_d_2d(const TensorView& d, int64_t rows, int64_t n, const char* fn, int64_t* ld_d) {
-  expect_tensor(d, fn, "D", DType::kBFloat16, 2);
-  expect_dims(d, {rows, n}, fn, "D", "[M, N]");
-  FG_EXPECT(d.strides[1] == 1, fn, detail::concat("D must be N-contiguous (last stride 1), got ", d.describe()));
-  FG_EXPECT(d.strides[0] >= n && d.strides[0] % 8 == 0, fn,
-         detail::concat("D row stride must be >= N and a multiple of 8 elements (16 bytes), got ", d.describe()));
-  expect_aligned(d.data, 16, fn, "D");
-  *ld_d = d.strides[0];
+  check_out_2d(d, rows, n, fn, "D", DType::kBFloat16, ld_d);
 }
 
 void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, const char* fn) {
@@ -144,13 +152,18 @@ void check_problem(const Problem& p) {
   if (p.kind == GemmKind::kGroupedMasked) {
     FG_EXPECT(p.m >= 1, fn, detail::concat("expected_m must be >= 1, got ", p.m));
   }
+  FG_EXPECT(p.d_dtype == DType::kBFloat16 || p.d_dtype == DType::kFloat32, fn,
+            detail::concat("the output is bfloat16 or float32, got ", dtype_name(p.d_dtype)));
+  FG_EXPECT(p.kind == GemmKind::kNormal || (!p.sb_per_row && p.d_dtype == DType::kBFloat16 && !p.accumulate), fn,
+            "1x128 scales of B, fp32 outputs and accumulation are for dense GEMMs (gemm_fp8_fp8_nt)");
+  FG_EXPECT(!p.accumulate || p.d_dtype == DType::kFloat32, fn, "accumulation (D = C + A x B^T) needs a float32 D");
 }
 
 namespace {
 
-/// A [rows, K], SA [rows, KB] and D [rows, N] of the 2D kinds (normal, contiguous); needs c.n and c.k set.
-void check_activations_2d(const TensorView& a, const TensorView& sa, const TensorView& d, const char* fn,
-                          const char* sa_shape, GemmCall& c) {
+/// A [rows, K] and SA [rows, KB] of the 2D kinds (normal, contiguous); needs c.n and c.k set.
+void check_activations_2d(const TensorView& a, const TensorView& sa, const char* fn, const char* sa_shape,
+                          GemmCall& c) {
   c.rows = c.a_rows = a.shape[0];
   FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", K of B is ", c.k));
   check_n_k(c.n, c.k, fn);
@@ -158,11 +171,17 @@ void check_activations_2d(const TensorView& a, const TensorView& sa, const Tenso
   c.lda = fp8_row_stride(a, 0, fn, "A");
   expect_dims(sa, {c.rows, kb}, fn, "SA", sa_shape);
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, kb, fn, &c.sa_k_major);
-  check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(sa.data, 16, fn, "SA");
   c.a = a.data;
   c.sa = sa.data;
+}
+
+/// A [rows, K], SA [rows, KB] and a bf16 D [rows, N] of the 2D kinds (normal, contiguous); needs c.n and c.k set.
+void check_activations_2d(const TensorView& a, const TensorView& sa, const TensorView& d, const char* fn,
+                          const char* sa_shape, GemmCall& c) {
+  check_activations_2d(a, sa, fn, sa_shape, c);
+  check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
   c.d = d.data;
 }
 
@@ -182,6 +201,70 @@ GemmCall validate_normal(const TensorView& a, const TensorView& sa, const Tensor
   check_activations_2d(a, sa, d, fn, "[M, ceil(K/128)]", c);
   FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
   check_sb(sb, 1, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, false);
+  expect_aligned(b.data, 16, fn, "B");
+  c.b = b.data;
+  c.sb = sb.data;
+  return c;
+}
+
+GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                        const TensorView& d, const TensorView* c_view) {
+  const char* fn = "gemm_fp8_fp8_nt";
+  expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
+  expect_tensor(b, fn, "B", DType::kFloat8E4M3, 2);
+  expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
+  FG_EXPECT(d.dtype == DType::kBFloat16 || d.dtype == DType::kFloat32, fn,
+            detail::concat("D must be bfloat16 or float32, got ", d.describe()));
+  GemmCall c;
+  c.kind = GemmKind::kNormal;
+  c.d_dtype = d.dtype;
+  c.n = b.shape[0];
+  c.k = b.shape[1];
+  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
+  check_activations_2d(a, sa, fn, "[M, ceil(K/128)]", c);
+  check_out_2d(d, c.rows, c.n, fn, "D", d.dtype, &c.ld_d);
+  c.d = d.data;
+  FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
+  const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
+  expect_tensor(sb, fn, "SB", DType::kFloat32, 2);
+  c.sb_per_row = sb.shape[0] == c.n;
+  if (c.sb_per_row) {
+    expect_dims(sb, {c.n, kb}, fn, "SB", "[N, ceil(K/128)] (1x128 blocks of B)");
+    FG_EXPECT(sb.strides[0] == 1 && sb.strides[1] >= c.n && sb.strides[1] % 4 == 0, fn,
+              detail::concat("1x128 SB must be MN-major and TMA-aligned (strides {1, N_pad}, N_pad >= N a multiple "
+                             "of 4), got ",
+                             sb.describe(), "; convert it (get_mn_major_tma_aligned_tensor in Python)"));
+    expect_aligned(sb.data, 16, fn, "SB");
+    c.ld_sb = sb.strides[1];
+  } else {
+    FG_EXPECT(sb.shape[0] == nb, fn,
+              detail::concat("SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 "
+                             "blocks) with N=",
+                             c.n, ", got ", sb.describe()));
+    check_sb(sb, 1, nb, kb, fn, false);
+  }
+  if (c_view != nullptr) {
+    const TensorView& cv = *c_view;
+    FG_EXPECT(d.dtype == DType::kFloat32, fn,
+              detail::concat("C (D = C + A x B^T) needs a float32 D, got ", d.describe()));
+    check_out_2d(cv, c.rows, c.n, fn, "C", DType::kFloat32, &c.ld_c);
+    if (cv.data != d.data) {
+      // C other than D must not overlap it: the kernel reads C's tiles while other tiles of D are written.
+      const auto bytes_end = [&](const TensorView& t) {
+        return static_cast<const char*>(t.data) + ((c.rows - 1) * t.strides[0] + c.n) * 4;
+      };
+      const bool disjoint = bytes_end(cv) <= static_cast<const char*>(d.data) ||
+                            bytes_end(d) <= static_cast<const char*>(cv.data) || c.rows == 0;
+      FG_EXPECT(disjoint, fn,
+                detail::concat("C overlaps D without being D: pass c = d (the same tensor) or a separate tensor, got "
+                               "C ",
+                               cv.describe(), " and D ", d.describe()));
+    } else {
+      FG_EXPECT(c.ld_c == c.ld_d, fn,
+                detail::concat("C is D's memory with another row stride: C ", cv.describe(), ", D ", d.describe()));
+    }
+    c.c = cv.data;
+  }
   expect_aligned(b.data, 16, fn, "B");
   c.b = b.data;
   c.sb = sb.data;
@@ -284,7 +367,8 @@ void check_device_pointers(const GemmCall& c, int device) {
   const struct {
     const void* ptr;
     const char* name;
-  } tensors[] = {{c.a, "A"}, {c.sa, "SA"}, {c.b, "B"}, {c.sb, "SB"}, {c.d, "D"}, {c.layout, "m_indices/masked_m"}};
+  } tensors[] = {{c.a, "A"},         {c.sa, "SA"}, {c.b, "B"}, {c.sb, "SB"}, {c.d, "D"},
+                 {c.layout, "m_indices/masked_m"}, {c.c, "C"}};
   for (const auto& t : tensors)
     if (t.ptr != nullptr) check_device_pointer(t.ptr, t.name, device, "gemm");
 }

@@ -23,10 +23,18 @@ struct GemmCall {
   const void* sb = nullptr;
   void* d = nullptr;
   const void* layout = nullptr;  ///< m_indices or masked_m
+  // The general dense form (gemm_fp8_fp8_nt)
+  bool sb_per_row = false;  ///< SB [N, KB] MN-major (1x128 blocks of B), row stride ld_sb
+  int64_t ld_sb = 0;        ///< sb_per_row: elements between K blocks (N_pad)
+  DType d_dtype = DType::kBFloat16;
+  const void* c = nullptr;  ///< fp32 [rows, N] added to the product (may equal d)
+  int64_t ld_c = 0;         ///< elements between rows of C
 };
 
 GemmCall validate_normal(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d);
+GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                        const TensorView& d, const TensorView* c);
 GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                              const TensorView& d, const TensorView& m_indices);
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,

@@ -78,6 +78,9 @@ constexpr int64_t kSaTmaMinRows = 1024;
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
 int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
+/// The same with 1x128 scales of B, whose BLOCK_N / 4 column scales a math thread holds through its turn (256-row
+/// tiles, two waves of running sums, spilled at BLOCK_N=128).
+int max_block_n_sb_per_row(int block_m) { return block_m == 64 ? 128 : block_m == 128 ? 160 : 0; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -102,14 +105,27 @@ bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
          device::gemm_dense_wide_tail(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.split_k), c.sa_mode);
 }
 
-/// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once.
+/// The kernel output (device::GemmOutput) of a problem.
+uint32_t output_of(const Problem& p) {
+  if (p.d_dtype != DType::kFloat32) return device::kOutBf16;
+  return p.accumulate ? device::kOutF32AddC : device::kOutF32;
+}
+
+/// Bytes of D each output element costs: written once, and with accumulation C read once too.
+double output_bytes_per_element(const Problem& p) {
+  const uint32_t output = output_of(p);
+  return double(device::gemm_out_bytes(output)) * (output == device::kOutF32AddC ? 2.0 : 1.0);
+}
+
+/// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once
+/// (and C once).
 struct CallBytes {
   double a = 0, b = 0, d = 0;
 };
 CallBytes call_bytes(const Problem& p) {
   const double rows = double(rows_for_tiles(p) * tiled_groups(p));
   const double b_groups = p.kind == GemmKind::kNormal ? 1.0 : double(p.num_groups);
-  return CallBytes{rows * double(p.k), b_groups * double(p.n * p.k), 2.0 * rows * double(p.n)};
+  return CallBytes{rows * double(p.k), b_groups * double(p.n * p.k), output_bytes_per_element(p) * rows * double(p.n)};
 }
 
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
@@ -156,7 +172,8 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const bool writes_dominate = bytes.d >= bytes.b;
   const double slab_factor =
       writes_dominate && 2 * device::epilogue_slab_cols(uint32_t(c.block_n)) < 64 ? kNarrowSlabStoreFactor : 1.0;
-  const double tile_store_s = slab_factor * 2.0 * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
+  const double tile_store_s =
+      slab_factor * output_bytes_per_element(p) * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   const double tile_s =
       tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s + tile_store_s;
   c.tile_us = 1e6 * tile_s;
@@ -173,7 +190,9 @@ std::string KernelConfig::describe() const {
      << (split_k > 1 ? " split-K=" + std::to_string(split_k) : std::string())
      << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
-     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "") << " grid=" << grid
+     << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "")
+     << (sb_mode == device::kSbRowMnMajor ? " sb=1x128" : "")
+     << (output == device::kOutF32 ? " out=fp32" : output == device::kOutF32AddC ? " out=fp32+C" : "") << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -182,7 +201,11 @@ std::string KernelConfig::kernel_function() const {
   std::ostringstream os;
   os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
      << block_n << "u, " << num_stages << "u, " << sa_mode << "u, " << split_k << "u, "
-     << (wide_tail ? "true" : "false") << ">";
+     << (wide_tail ? "true" : "false");
+  // B's scales and the output only where they differ from the defaults (the forward kernels' sources, and so their
+  // cache keys, stay as they were).
+  if (sb_mode != device::kSbBlock || output != device::kOutBf16) os << ", " << sb_mode << "u, " << output << "u";
+  os << ">";
   return os.str();
 }
 
@@ -239,6 +262,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                                             const HardwareModel& hw) {
   std::vector<Candidate> out;
   const uint32_t sa_mode = sa_mode_for(p);
+  const uint32_t sb_mode = p.sb_per_row ? device::kSbRowMnMajor : device::kSbBlock;
+  const uint32_t output = output_of(p);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
   const bool forced_256 = constraints.block_m == 256;
@@ -254,6 +279,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         c.block_n = block_n;
         c.split_k = split;
         c.sa_mode = sa_mode;
+        c.sb_mode = sb_mode;
+        c.output = output;
         c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
         c.grid = std::max(1, num_sms - num_sms % split);
         const int64_t m_blocks = ceil_div(rows, block_m);
@@ -261,6 +288,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         // Filters, each with its reason.
         if (block_n > max_block_n(block_m)) {
           cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
+        } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
+          cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";
+        } else if (output == device::kOutF32AddC && split > 1) {
+          cand.rejected = "C is added by the CTA that stores the tile: no split-K with accumulation";
         } else if (block_n > ceil_div(p.n, int64_t(kBlockNStep)) * kBlockNStep) {
           cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
         } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
@@ -302,7 +333,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           int stages = kMaxStages;
           while (stages >= kMinStages &&
                  int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                    uint32_t(p.k), uint32_t(split), sa_mode)) > hw.smem_per_block)
+                                                    uint32_t(p.k), uint32_t(split), sa_mode, sb_mode, output)) >
+                     hw.smem_per_block)
             --stages;
           const int64_t k_blocks = ceil_div(p.k, 128);
           // More stages than K blocks of two tiles buy nothing.
@@ -313,7 +345,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           } else {
             c.num_stages = stages;
             c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                              uint32_t(p.k), uint32_t(split), sa_mode));
+                                                              uint32_t(p.k), uint32_t(split), sa_mode, sb_mode,
+                                                              output));
             score(c, p, hw);
           }
         }

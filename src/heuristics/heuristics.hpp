@@ -52,6 +52,8 @@ struct KernelConfig {
   /// Dense 256x128 tiles: the last row block (at most 128 rows) runs as wide tiles over two n-blocks each, in a kernel
   /// of its own (device::gemm_dense_wide_tail; score() picks it where it saves a round of tiles).
   bool wide_tail = false;
+  uint32_t sb_mode = 0;        ///< B's scales (device::GemmSbMode): per 128x128 block, or per 1x128 row block
+  uint32_t output = 0;         ///< what the kernel writes (device::GemmOutput): bf16, fp32, fp32 plus C
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
   int smem_bytes = 0;

@@ -441,3 +441,40 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
   fj::Runtime without(disabled);
   EXPECT_EQ(without.binary(spec_of(true))->cubin, plain->cubin);
 }
+
+// The weight-gradient GEMM of FP8 training (1x128 scales on both operands, fp32 D = C + A x B^T) on DeepSeek-V3's
+// layers, and the fp32 and bf16 outputs without accumulation: every kernel the heuristic picks compiles without
+// spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix).
+TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
+  std::set<std::string> functions;
+  const int64_t shapes[][3] = {{7168, 4096, 16384}, {4096, 4096, 7168}, {2112, 4096, 7168}, {24576, 4096, 1536},
+                               {576, 4096, 7168},   {32768, 4096, 512}, {7168, 4096, 2048}, {100, 264, 640}};
+  struct Variant {
+    finegemm::DType d_dtype;
+    bool accumulate;
+  };
+  for (const auto& s : shapes) {
+    for (Variant v : {Variant{finegemm::DType::kFloat32, true}, Variant{finegemm::DType::kFloat32, false},
+                      Variant{finegemm::DType::kBFloat16, false}}) {
+      Problem q;
+      q.kind = GemmKind::kNormal;
+      q.m = s[0];
+      q.n = s[1];
+      q.k = s[2];
+      q.sb_per_row = true;
+      q.d_dtype = v.d_dtype;
+      q.accumulate = v.accumulate;
+      functions.insert(finegemm::heuristics::select_config(q, 132).kernel_function());
+    }
+  }
+  std::vector<std::string> names(functions.begin(), functions.end());
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
+    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+    const bool fp32 = names[i].find(", 1u, 1u>") != std::string::npos || names[i].find(", 1u, 2u>") != std::string::npos;
+    if (fp32) EXPECT_EQ(sass.find("STSM"), std::string::npos) << names[i] << ": fp32 tiles are not stored by stmatrix";
+  });
+}

@@ -16,22 +16,27 @@
 
 namespace finegemm::device {
 
-/// The shared output tile: BLOCK_N / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16, each swizzled the way TMA's
-/// kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix land in distinct banks.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N>
+/// The shared output tile: BLOCK_N / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16 or fp32 (kOutBytes 2 or 4), each
+/// swizzled the way TMA's kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix (bf16) and the float2 pairs
+/// of 8 rows (fp32) land in distinct banks.
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2>
 struct EpilogueTile {
   static_assert(BLOCK_N % 16 == 0, "stmatrix x4 covers 16 columns");
-  static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N);
-  static constexpr uint32_t kSlabCols = epilogue_slab_cols(BLOCK_N);
-  static constexpr uint32_t kSlabRowBytes = kSlabCols * 2;
+  static_assert(kOutBytes == 2 || kOutBytes == 4, "bf16 or fp32 output");
+  static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N, kOutBytes);
+  static constexpr uint32_t kSlabCols = epilogue_slab_cols(BLOCK_N, kOutBytes);
+  static constexpr uint32_t kSlabRowBytes = kSlabCols * kOutBytes;
+  /// Columns of one 16-byte chunk of a row.
+  static constexpr uint32_t kChunkCols = 16 / kOutBytes;
   static constexpr uint32_t kNumSlabs = BLOCK_N / kSlabCols;
   static constexpr uint32_t kSlabBytes = BLOCK_M * kSlabRowBytes;
   static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
 
-  /// Byte offset of (row, col) in the shared tile; col is a multiple of 8 (one 16-byte chunk).
+  /// Byte offset of (row, col) in the shared tile; col is a multiple of kChunkCols (one 16-byte chunk), or, fp32, of 2
+  /// (a float2 inside a chunk: the swizzle moves whole chunks).
   static FG_HOST_DEVICE uint32_t offset(uint32_t row, uint32_t col) {
-    uint32_t off = row * kSlabRowBytes + (col % kSlabCols) * 2;
+    uint32_t off = row * kSlabRowBytes + (col % kSlabCols) * kOutBytes;
     off ^= ((off >> 7) & kSwizzleMask) << 4;
     return (col / kSlabCols) * kSlabBytes + off;
   }
@@ -48,13 +53,12 @@ struct EpilogueTile {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
   /// Writes the tile's kNumWaves x 64 rows of this warpgroup: wave w holds tile rows w * wave_rows + math_wg * 64 + [0,
   /// 64) (in a wide tile, rows math_wg * 64 + [0, 64) of columns w * BLOCK_N + [0, BLOCK_N); shared rows as for
-  /// another tile). All waves go through stmatrix before the (one) wait for the previous tile's store.
+  /// another tile). bf16: all waves go through stmatrix before the (one) wait for the previous tile's store.
   template <uint32_t kNumWaves>
   static FG_DEVICE void store(const float (&acc)[kNumWaves][BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg,
                               uint32_t wave_rows, uint32_t warp_in_wg, uint32_t lane, uint32_t wg_thread,
                               uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n) {
-    const uint32_t n_start = tile.n_block * BLOCK_N;
-
+    static_assert(kOutBytes == 2, "bf16 tiles; fp32 ones go through store_f32");
     // The previous tile's TMA store must be done reading the shared tile.
     if (wg_thread == 0) ptx::tma_store_wait_read<0>();
     ptx::named_barrier_sync(wg_barrier, 128);
@@ -71,6 +75,53 @@ struct EpilogueTile {
                          ptx::cvt_bf16x2(acc[w][i * 8 + 6], acc[w][i * 8 + 7]));
       }
     }
+    write_out<kNumWaves>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n);
+  }
+
+  /// The fp32 tile: each thread's accumulator pairs (rows r0 and r0 + 8, columns 8j + 2q and 8j + 2q + 1 of the wgmma
+  /// layout) as float2 into the shared tile, plus C's value at the same place when `kAddC` (C's tile was loaded there
+  /// by TMA: the producer issued it at the tile's start, `c_full` says it arrived). Each thread reads and writes only
+  /// its own elements, so C and D share the tile without a barrier between the read and the write. Without C, the
+  /// previous tile's store must be done reading first; with C, the producer's load waited for that (c_empty).
+  template <bool kAddC, uint32_t kNumWaves>
+  static FG_DEVICE void store_f32(const float (&acc)[kNumWaves][BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg,
+                                  uint32_t wave_rows, uint32_t warp_in_wg, uint32_t lane, uint32_t wg_thread,
+                                  uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n,
+                                  uint64_t* c_full, uint32_t c_phase) {
+    static_assert(kOutBytes == 4, "fp32 tiles");
+    if constexpr (kAddC) {
+      ptx::mbarrier_wait(c_full, c_phase);
+    } else {
+      if (wg_thread == 0) ptx::tma_store_wait_read<0>();
+      ptx::named_barrier_sync(wg_barrier, 128);
+    }
+#pragma unroll
+    for (uint32_t w = 0; w < kNumWaves; ++w) {
+      const uint32_t row = w * wave_rows + math_wg * kRowsPerWarpgroup + warp_in_wg * 16 + lane / 4;
+#pragma unroll
+      for (uint32_t j = 0; j < BLOCK_N / 8; ++j) {
+#pragma unroll
+        for (uint32_t h = 0; h < 2; ++h) {
+          float* dst = reinterpret_cast<float*>(smem_d + offset(row + 8 * h, 8 * j + 2 * (lane % 4)));
+          float2 v = make_float2(acc[w][j * 4 + 2 * h], acc[w][j * 4 + 2 * h + 1]);
+          if constexpr (kAddC) {
+            const float2 c = ptx::ld_shared_v2_f32(dst);
+            v.x += c.x;
+            v.y += c.y;
+          }
+          ptx::st_shared_v2_f32(dst, v);
+        }
+      }
+    }
+    write_out<kNumWaves>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n);
+  }
+
+  /// This warpgroup's rows of the shared tile to D: TMA stores of whole slabs, or, for grouped edge tiles and a dense
+  /// GEMM's moved-up last row block, row-checked 16-byte stores. Commits the stores as one bulk group.
+  template <uint32_t kNumWaves>
+  static FG_DEVICE void write_out(uint8_t* smem_d, uint32_t math_wg, uint32_t wave_rows, uint32_t wg_thread,
+                                  uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n) {
+    const uint32_t n_start = tile.n_block * BLOCK_N;
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(wg_barrier, 128);
 
@@ -107,6 +158,7 @@ struct EpilogueTile {
         // instead of one dependent load per 16-byte chunk.
         uint32_t mine_lo = 0xffffffffu, mine_hi = 0xffffffffu;  // bit r: row wg_row0 + r (+ 32) is this expert's
         if (tile.check_rows) {
+          const uint32_t lane = wg_thread % 32;
           const int32_t row_lo = tile.row_base + int32_t(out_row0 + lane);
           const int32_t row_hi = row_lo + 32;
           const bool lo = row_lo < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_lo) == tile.group;
@@ -114,18 +166,18 @@ struct EpilogueTile {
           mine_lo = __ballot_sync(0xffffffffu, lo);
           mine_hi = __ballot_sync(0xffffffffu, hi);
         }
-        constexpr uint32_t kChunksPerRow = BLOCK_N / 8;
+        constexpr uint32_t kChunksPerRow = BLOCK_N / kChunkCols;
         const uint32_t num_chunks = uint32_t(row_hi - row_lo) * kChunksPerRow;
         for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
           const uint32_t r = uint32_t(row_lo) + c / kChunksPerRow;
-          const uint32_t col = (c % kChunksPerRow) * 8;
+          const uint32_t col = (c % kChunksPerRow) * kChunkCols;
           const uint32_t global_col = out_col0 + col;
           const int32_t global_row = tile.row_base + int32_t(out_row0 + r);
           if (global_col >= n || global_row >= args.num_a_rows) continue;
           if ((((r < 32 ? mine_lo : mine_hi) >> (r % 32)) & 1u) == 0) continue;
           uint32_t v[4];
           ptx::ld_shared_v4_b32(smem_d + offset(wg_row0 + r, col), v);
-          ptx::st_global_v4_b32(args.d + int64_t(global_row) * args.ld_d + global_col, v);
+          ptx::st_global_v4_b32(args.d + (int64_t(global_row) * args.ld_d + global_col) * kOutBytes, v);
         }
       }
     }

@@ -29,32 +29,54 @@ enum GemmSaMode : uint32_t {
   kSaKMajorTma = 2,
 };
 
+/// B's scales (a kernel template parameter).
+enum GemmSbMode : uint32_t {
+  /// One scale per 128x128 block of B (weights): [G, NB, KB] row-major, two values per stage staged by the scale warp.
+  kSbBlock = 0,
+  /// One scale per row of B per 128-wide K block (1x128, the weight gradient's second operand): MN-major and
+  /// TMA-aligned ([KB][N_pad]), one TMA box of BLOCK_N column scales per stage, applied per output column.
+  kSbRowMnMajor = 1,
+};
+
+/// What a kernel writes (a kernel template parameter).
+enum GemmOutput : uint32_t {
+  kOutBf16 = 0,     ///< D = A x B^T, bf16
+  kOutF32 = 1,      ///< D = A x B^T, fp32
+  kOutF32AddC = 2,  ///< D = C + A x B^T, fp32 (C fp32 of D's shape; it may be D itself)
+};
+
+/// Bytes of one output element.
+FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return output == kOutBf16 ? 2u : 4u; }
+
 /// Floats a stage holds per tile row of SA (the K-major TMA box is 4 wide).
 FG_HOST_DEVICE constexpr uint32_t gemm_sa_row_floats(uint32_t sa_mode) { return sa_mode == kSaKMajorTma ? 4u : 1u; }
 
 /// Shared-memory layout of one kernel instance (byte offsets from a 1024-aligned base).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t K, uint32_t kSplitK = 1,
-          uint32_t kSaMode = kSaMnMajor>
+          uint32_t kSaMode = kSaMnMajor, uint32_t kSbMode = kSbBlock, uint32_t kOutput = kOutBf16>
 struct GemmSmemLayout {
   static constexpr uint32_t kNumKBlocks = ceil_div(K, kBlockK);
   static constexpr uint32_t kNumMathWarpgroups = gemm_num_math_warpgroups(BLOCK_M);
   /// 64-row waves per math warpgroup; wave w of warpgroup g holds tile rows w * kWaveRows + g * 64 + [0, 64).
   static constexpr uint32_t kNumWaves = BLOCK_M / (kWarpgroupRows * kNumMathWarpgroups);
   static constexpr uint32_t kWaveRows = kWarpgroupRows * kNumMathWarpgroups;
-  static constexpr uint32_t kDBytes = align_up(BLOCK_M * BLOCK_N * 2u, 1024u);           // (BLOCK_M, BLOCK_N) bf16
+  // (BLOCK_M, BLOCK_N) bf16 or fp32; with kOutF32AddC, C's tile arrives here by TMA and D's leaves from it
+  static constexpr uint32_t kDBytes = align_up(BLOCK_M * BLOCK_N * gemm_out_bytes(kOutput), 1024u);
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
   static constexpr uint32_t kSaBytesPerStage = align_up(BLOCK_M * kSaRowFloats * 4u, 128u);  // (BLOCK_M, 1 or 4) fp32
-  static constexpr uint32_t kSbBytesPerStage = 8;                                       // (2) fp32
+  // (2) fp32, or (BLOCK_N) fp32 for 1x128 scales of B
+  static constexpr uint32_t kSbBytesPerStage = kSbMode == kSbBlock ? 8u : align_up(BLOCK_N * 4u, 128u);
   static constexpr uint32_t kOffsetD = 0;
   static constexpr uint32_t kOffsetA = kOffsetD + kDBytes;
   static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kABytesPerStage;
   static constexpr uint32_t kOffsetSa = kOffsetB + kNumStages * kBBytesPerStage;
   static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage;
   static constexpr uint32_t kOffsetBarriers = kOffsetSb + align_up(kNumStages * kSbBytesPerStage, 16u);
-  // full + empty per stage; split-K: the partial-sum exchange's full + empty
-  static constexpr uint32_t kBarrierBytes = (2 * kNumStages + (kSplitK > 1 ? 2 : 0)) * 8;
+  // full + empty per stage; split-K: the partial-sum exchange's full + empty; kOutF32AddC: C's tile full + empty
+  static constexpr uint32_t kBarrierBytes =
+      (2 * kNumStages + (kSplitK > 1 ? 2 : 0) + (kOutput == kOutF32AddC ? 2 : 0)) * 8;
   // Split-K: the (BLOCK_M, BLOCK_N) fp32 partial sums the second CTA of the cluster sends the first
   static constexpr uint32_t kOffsetExchange = align_up(kOffsetBarriers + kBarrierBytes, 16u);
   static constexpr uint32_t kExchangeBytes = kSplitK > 1 ? BLOCK_M * BLOCK_N * 4u : 0u;
@@ -66,25 +88,28 @@ struct GemmSmemLayout {
 /// Run-time twin of GemmSmemLayout<...>::kLaunchBytes for the host heuristic.
 FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint32_t block_n, uint32_t num_stages,
                                                          uint32_t k, uint32_t split_k = 1,
-                                                         uint32_t sa_mode = kSaMnMajor) {
+                                                         uint32_t sa_mode = kSaMnMajor, uint32_t sb_mode = kSbBlock,
+                                                         uint32_t output = kOutBf16) {
   (void)k;
-  const uint32_t d_bytes = align_up(block_m * block_n * 2u, 1024u);
+  const uint32_t d_bytes = align_up(block_m * block_n * gemm_out_bytes(output), 1024u);
   const uint32_t stage_bytes =
       block_m * kBlockK + block_n * kBlockK + align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u);
-  const uint32_t sb_bytes = align_up(num_stages * 8u, 16u);
-  const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0)) * 8;
+  const uint32_t sb_bytes = align_up(num_stages * (sb_mode == kSbBlock ? 8u : align_up(block_n * 4u, 128u)), 16u);
+  const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0) + (output == kOutF32AddC ? 2 : 0)) * 8;
   const uint32_t exchange_bytes = split_k > 1 ? block_m * block_n * 4u : 0u;
   return align_up(d_bytes + num_stages * stage_bytes + sb_bytes + barrier_bytes, 16u) + exchange_bytes + 1024;
 }
 
-/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides it
-/// (BLOCK_N is a multiple of 16, so at least 32 bytes).
-FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n) {
-  return block_n % 64 == 0 ? 128 : block_n % 32 == 0 ? 64 : 32;
+/// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides its
+/// rows (BLOCK_N is a multiple of 16, so at least 32 bytes); `out_bytes` is 2 (bf16) or 4 (fp32).
+FG_HOST_DEVICE constexpr uint32_t epilogue_swizzle_bytes(uint32_t block_n, uint32_t out_bytes = 2) {
+  return block_n * out_bytes % 128 == 0 ? 128 : block_n * out_bytes % 64 == 0 ? 64 : 32;
 }
 
 /// Columns of one epilogue slab: the TMA store's box width.
-FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n) { return epilogue_swizzle_bytes(block_n) / 2; }
+FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n, uint32_t out_bytes = 2) {
+  return epilogue_swizzle_bytes(block_n, out_bytes) / out_bytes;
+}
 
 /// Registers per thread after setmaxnreg in the kernels with two math warpgroups (BLOCK_M 128 and 256), which start
 /// with 168 each (384 x 168 of the SM's 65536): the math warpgroups take 232 and leave the producer warpgroup 40.

@@ -23,9 +23,14 @@ struct MathWarpgroup {
   using Layout = typename Cfg::Layout;
   static constexpr uint32_t BLOCK_N = Cfg::BLOCK_N;
 
-  /// SA of rows r0 / r0 + 8 times SB of the first / second 128-column block.
+  /// Columns of this thread's 1x128 SB pairs: 8j + 2 (lane % 4) and the next, j < BLOCK_N / 8.
+  static constexpr uint32_t kNumSbPairs = Cfg::kSbPerColumn ? BLOCK_N / 8 : 1;
+
+  /// SA of rows r0 / r0 + 8 times SB of the first / second 128-column block; with 1x128 scales of B, SA of the two
+  /// rows in r0_first / r1_first and this thread's column scales in sb_pairs.
   struct Scales {
     float r0_first, r1_first, r0_second, r1_second;
+    float2 sb_pairs[kNumSbPairs];
   };
 
   const GemmSmem& smem;
@@ -126,6 +131,15 @@ struct MathWarpgroup {
     const float* sa = sa_stage + (kWide ? 0 : wave * Cfg::kWaveRows * kSaRowFloats);
     const float sa0 = ptx::ld_shared_f32(sa);
     const float sa1 = ptx::ld_shared_f32(sa + 8 * kSaRowFloats);
+    if constexpr (Cfg::kSbPerColumn) {
+      Scales sc;
+      sc.r0_first = sa0;
+      sc.r1_first = sa1;
+      const float* sb = smem.sb + stage * Cfg::kSbFloatsPerStage + 2 * (lane_idx % 4);
+#pragma unroll
+      for (uint32_t j = 0; j < kNumSbPairs; ++j) sc.sb_pairs[j] = ptx::ld_shared_v2_f32(sb + 8 * j);
+      return sc;
+    }
     float sb0, sb1;
     if constexpr (Cfg::kEveryThreadReadsSb) {
       const float2 sb = ptx::ld_shared_v2_f32(smem.sb + stage * 2);
@@ -139,7 +153,12 @@ struct MathWarpgroup {
       sb0 = __shfl_sync(0xffffffff, kWide && wave == 1 ? sb.y : sb.x, 0);
       sb1 = Cfg::kUniformScaleB ? sb0 : __shfl_sync(0xffffffff, sb.y, 0);
     }
-    return Scales{sa0 * sb0, sa1 * sb0, sa0 * sb1, sa1 * sb1};
+    Scales sc;
+    sc.r0_first = sa0 * sb0;
+    sc.r1_first = sa1 * sb0;
+    sc.r0_second = sa0 * sb1;
+    sc.r1_second = sa1 * sb1;
+    return sc;
   }
 
   /// Once the stage's wgmmas completed and its scales were read (Cfg::kEmptyArrivals says who arrives).
@@ -159,6 +178,20 @@ struct MathWarpgroup {
     constexpr uint32_t kScaleGranule = Cfg::kScaleGranule;
 #pragma unroll
     for (uint32_t i = kFirstQuad * 4; i < (kFirstQuad + kPartQuads) * 4; ++i) ptx::wgmma_fence_operand(acc[i]);
+    if constexpr (Cfg::kSbPerColumn) {
+      // 1x128 scales of B: element (row, column) takes SA[row] * SB[column].
+#pragma unroll
+      for (uint32_t j = kFirstQuad; j < kFirstQuad + kPartQuads; ++j) {
+        const float2 sb = sc.sb_pairs[j];
+        const float scale[4] = {sc.r0_first * sb.x, sc.r0_first * sb.y, sc.r1_first * sb.x, sc.r1_first * sb.y};
+#pragma unroll
+        for (uint32_t c = 0; c < 4; ++c) {
+          const float scaled = scale[c] * acc[j * 4 + c];
+          out[j * 4 + c] = Assign::value ? scaled : out[j * 4 + c] + scaled;
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (uint32_t g = 0; g < Cfg::kNumScaleGranules; ++g) {
       const bool first = Cfg::kUniformScaleB || g < first_granules;

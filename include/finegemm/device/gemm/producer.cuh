@@ -15,17 +15,37 @@ namespace finegemm::device {
 
 /// The shared-memory carve-up of a kernel instance (offsets: GemmSmemLayout).
 struct GemmSmem {
-  uint8_t* d;                 // (BLOCK_M, BLOCK_N) bf16, swizzled slabs
+  uint8_t* d;                 // (BLOCK_M, BLOCK_N) bf16 or fp32, swizzled slabs (C's tile first, with kOutF32AddC)
   uint8_t* a;                 // (kNumStages, BLOCK_M, BLOCK_K) fp8
   uint8_t* b;                 // (kNumStages, BLOCK_N, BLOCK_K) fp8
   float* sa;                  // (kNumStages, BLOCK_M, 1 or 4) fp32
-  float* sb;                  // (kNumStages, 2) fp32
+  float* sb;                  // (kNumStages, 2) fp32, or (kNumStages, BLOCK_N) fp32 for 1x128 scales of B
   uint64_t* full_barriers;    // (kNumStages)
   uint64_t* empty_barriers;   // (kNumStages)
   uint64_t* exchange_full;    // split-K: partial sums arrived (used in CTA 0)
   uint64_t* exchange_empty;   // split-K: CTA 0 consumed them (used in CTA 1)
   float* exchange;            // split-K: (BLOCK_M, BLOCK_N) fp32
+  uint64_t* c_full;           // kOutF32AddC: C's tile arrived in d
+  uint64_t* c_empty;          // kOutF32AddC: the math warpgroups' stores are done reading d
 };
+
+/// kOutF32AddC: C's (BLOCK_M, BLOCK_N) tile into the shared output tile, in the slabs and 64-row boxes the epilogue
+/// stores D from (TMA fills rows and columns past C with zeros; they are not stored). Issued at the tile's start, once
+/// the previous tile's stores have read the shared tile, so that it arrives under the tile's K loop.
+template <class Cfg>
+FG_DEVICE void load_c_tile(const GemmArgs& args, const GemmSmem& smem, const Tile& tile, uint32_t phase) {
+  using Epilogue = typename Cfg::Epilogue;
+  ptx::mbarrier_wait(smem.c_empty, phase ^ 1);
+  ptx::mbarrier_arrive_expect_tx(smem.c_full, Cfg::BLOCK_M * Cfg::BLOCK_N * 4);
+#pragma unroll
+  for (uint32_t r = 0; r < Cfg::BLOCK_M; r += Epilogue::kRowsPerWarpgroup) {
+#pragma unroll
+    for (uint32_t slab = 0; slab < Epilogue::kNumSlabs; ++slab) {
+      ptx::tma_load_2d(&args.tma_c, smem.c_full, smem.d + slab * Epilogue::kSlabBytes + r * Epilogue::kSlabRowBytes,
+                       int32_t(tile.n_block * Cfg::BLOCK_N + slab * Epilogue::kSlabCols), tile.row_base + int32_t(r));
+    }
+  }
+}
 
 /// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box. `kb_begin`: the first of the K
 /// blocks this CTA computes of each tile (split-K).
@@ -35,7 +55,12 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   using Layout = typename Cfg::Layout;
   PipelineState<Cfg::kNumStages> pipe;
   Tile tile;
+  uint32_t c_phase = 0;
   while (scheduler.next(tile)) {
+    if constexpr (Cfg::kAddC) {
+      load_c_tile<Cfg>(args, smem, tile, c_phase);
+      c_phase ^= 1;
+    }
     // A masked GEMM's SA is [G * KB, M_max]: the group is in the K-block coordinate.
     const int32_t sa_row_base = (Cfg::kGemmKind == GemmKind::kGroupedMasked)
                                     ? tile.row_base - tile.group * args.num_rows
@@ -64,6 +89,10 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
       // box must start on a 16-byte boundary of the row: an unaligned start traps); the math reads column kb % 4.
       if constexpr (Cfg::kSaMode == kSaKMajorTma)
         ptx::tma_load_2d(&args.tma_sa, full, sa_dst, int32_t(kb & ~3u), tile.row_base);
+      // 1x128 SB: the tile's columns of K block kb (a grouped GEMM's group is in the K-block coordinate).
+      if constexpr (Cfg::kSbPerColumn)
+        ptx::tma_load_2d(&args.tma_sb, full, smem.sb + pipe.stage * Cfg::kSbFloatsPerStage,
+                         int32_t(tile.n_block * Cfg::BLOCK_N), tile.group * int32_t(Cfg::kNumKBlocks) + int32_t(kb));
       pipe.advance();
     }
   }
@@ -158,14 +187,16 @@ FG_DEVICE void stage_scales(const GemmArgs& args, const GemmSmem& smem, typename
       // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
       const uint32_t my_kb = kb_base + lane_idx;
       const bool mine = my_kb < kb_end;
-      const float sb_first = mine ? ptx::ld_global_f32(sb_src + my_kb) : 0.0f;
-      const float sb_second = has_second && mine ? ptx::ld_global_f32(sb_src + Cfg::kNumKBlocks + my_kb) : 0.0f;
+      // (1x128 SB goes by TMA with A: nothing to stage here.)
+      const float sb_first = !Cfg::kSbPerColumn && mine ? ptx::ld_global_f32(sb_src + my_kb) : 0.0f;
+      const float sb_second =
+          !Cfg::kSbPerColumn && has_second && mine ? ptx::ld_global_f32(sb_src + Cfg::kNumKBlocks + my_kb) : 0.0f;
       const uint32_t num_kb = min_of(32u, kb_end - kb_base);
       for (uint32_t i = 0; i < num_kb; ++i) {
         const float s0 = __shfl_sync(0xffffffff, sb_first, i);
         const float s1 = __shfl_sync(0xffffffff, sb_second, i);
         ptx::mbarrier_wait(&smem.empty_barriers[pipe.stage], pipe.phase ^ 1);
-        if (lane_idx == 0) {
+        if (!Cfg::kSbPerColumn && lane_idx == 0) {
           ptx::st_shared_f32(smem.sb + pipe.stage * 2, s0);
           ptx::st_shared_f32(smem.sb + pipe.stage * 2 + 1, s1);
         }

@@ -10,7 +10,7 @@
 namespace finegemm::device {
 
 template <int kKind, uint32_t kN, uint32_t kK, uint32_t kBlockM, uint32_t kBlockN, uint32_t kStages, uint32_t kSa,
-          uint32_t kSplit, bool kWide>
+          uint32_t kSplit, bool kWide, uint32_t kSb, uint32_t kOut>
 struct GemmTraits {
   // ---- The template parameters --------------------------------------------------------------------------------
   static constexpr GemmKind kGemmKind = static_cast<GemmKind>(kKind);
@@ -26,10 +26,16 @@ struct GemmTraits {
   static constexpr uint32_t kClusterSize = kSplit;
   /// Dense 256x128 kernels that run a last row block of at most 128 rows as wide tiles (TileScheduler's kWideTail).
   static constexpr bool kWideTail = kWide;
+  /// B's scales (GemmSbMode) and the output (GemmOutput).
+  static constexpr uint32_t kSbMode = kSb;
+  static constexpr uint32_t kOutput = kOut;
 
   // ---- Geometry -----------------------------------------------------------------------------------------------
-  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode>;
-  using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N>;
+  using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode, kSbMode, kOutput>;
+  static constexpr uint32_t kOutBytes = gemm_out_bytes(kOutput);
+  using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes>;
+  /// D = C + A x B^T: the A issuer loads C's tile into the shared output tile at each tile's start.
+  static constexpr bool kAddC = kOutput == kOutF32AddC;
   static constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;
   static constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
   static constexpr uint32_t kKBlocksPerCta = kNumKBlocks / kSplitK;
@@ -48,8 +54,11 @@ struct GemmTraits {
   static constexpr bool kSaGather = kSaMode == kSaKMajorGather;
   static constexpr uint32_t kSaRowFloats = Layout::kSaRowFloats;
   static constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
-  /// A tile never straddles two 128-column SB blocks.
-  static constexpr bool kUniformScaleB = 128 % BLOCK_N == 0;
+  /// 1x128 scales of B: one per output column per K block, read by each math thread for its columns.
+  static constexpr bool kSbPerColumn = kSbMode == kSbRowMnMajor;
+  static constexpr uint32_t kSbFloatsPerStage = Layout::kSbBytesPerStage / 4;
+  /// A tile never straddles two 128-column SB blocks (1x128 scales: no blocks to straddle).
+  static constexpr bool kUniformScaleB = kSbPerColumn || 128 % BLOCK_N == 0;
   /// Columns of one scale granule: a straddling tile splits at n_start % 128, a multiple of gcd(BLOCK_N, 128).
   static constexpr uint32_t kLowestBit = BLOCK_N & (~BLOCK_N + 1);
   static constexpr uint32_t kScaleGranule = kUniformScaleB ? BLOCK_N : kLowestBit < 128 ? kLowestBit : 128;
@@ -59,8 +68,9 @@ struct GemmTraits {
   static constexpr uint32_t kMaxScaleVariants = 5;
 
   // ---- Stages and their handshakes ----------------------------------------------------------------------------
-  /// A stage's bytes from A's issuer: A's tile and, by TMA, SA's.
-  static constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4);
+  /// A stage's bytes from A's issuer: A's tile and, by TMA, SA's (and 1x128 SB's).
+  static constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4) +
+                                      (kSbPerColumn ? BLOCK_N * 4 : 0);
   static constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   /// Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box; dense: the wide tail's).
   static constexpr bool kAHalfBox = gemm_has_a_half_box(kGrouped, BLOCK_M, kWideTail);
@@ -72,9 +82,10 @@ struct GemmTraits {
   /// the next: 2% slower at 256x128 on an H100); masked kernels only with two waves (at 128x160 the broadcast measured
   /// 1.4% slower, at 256x128 it keeps the K loop the dense one's). Half batches (128x192) of grouped kernels keep lane
   /// 0's load: the broadcast made contiguous K=2048 0.3-2.8% slower.
+  /// 1x128 scales of B: every thread reads its own columns' scales.
   static constexpr bool kEveryThreadReadsSb =
-      (gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1 || kGemmKind == GemmKind::kNormal) &&
-      (kGemmKind != GemmKind::kGroupedMasked || kNumWaves == 2);
+      kSbPerColumn || ((gemm_batch_parts(BLOCK_N, kKBlocksPerCta) == 1 || kGemmKind == GemmKind::kNormal) &&
+                       (kGemmKind != GemmKind::kGroupedMasked || kNumWaves == 2));
   /// A stage is released by every thread that read it with ordinary loads, so that each read happens before the
   /// scale warp's next stores there (one lane's arrive after __syncwarp orders the others too, but racecheck cannot
   /// see it): gathered SA and a broadcast SB are read by every math thread; otherwise one arrive per warp. A and B are

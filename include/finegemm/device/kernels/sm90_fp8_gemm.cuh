@@ -30,7 +30,7 @@
 namespace finegemm::device {
 
 template <int kKind, uint32_t N, uint32_t K, uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kNumStages, uint32_t kSaMode,
-          uint32_t kSplitK = 1, bool kWideTail = false>
+          uint32_t kSplitK = 1, bool kWideTail = false, uint32_t kSbMode = kSbBlock, uint32_t kOutput = kOutBf16>
 __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ GemmArgs args) {
   // ---- Config checks --------------------------------------------------------------------------
@@ -46,11 +46,17 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(!kWideTail || (kKind == int(GemmKind::kNormal) &&
                                gemm_dense_wide_tail(BLOCK_M, BLOCK_N, kSplitK, kSaMode)),
                 "wide tails: dense 256x128 kernels as gemm_dense_wide_tail says");
+  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddC, "B's scales and the output as GemmSbMode and "
+                "GemmOutput say");
+  static_assert(kOutput == kOutBf16 || (!kWideTail && !(kKind == int(GemmKind::kGroupedContiguous) && BLOCK_M == 256)),
+                "fp32 outputs: no wide tiles (their waves are stored as two bf16 n-blocks)");
+  static_assert(kOutput != kOutF32AddC || kSplitK == 1, "C is added by the CTA that stores the tile: no split-K");
 
   // ---- Types and constants ----------------------------------------------------------------------
-  using Cfg = GemmTraits<kKind, N, K, BLOCK_M, BLOCK_N, kNumStages, kSaMode, kSplitK, kWideTail>;
+  using Cfg = GemmTraits<kKind, N, K, BLOCK_M, BLOCK_N, kNumStages, kSaMode, kSplitK, kWideTail, kSbMode, kOutput>;
   using Layout = typename Cfg::Layout;
-  static_assert(Layout::kLaunchBytes == gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode),
+  static_assert(Layout::kLaunchBytes ==
+                    gemm_smem_launch_bytes(BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode, kSbMode, kOutput),
                 "host and device agree on the shared-memory footprint");
   static_assert(!Cfg::kWideTiles || (Cfg::kAHalfBox && BLOCK_N == 128 && Cfg::kWaveRows == BLOCK_M / 2 &&
                                      Layout::kABytesPerStage == 2 * Layout::kBBytesPerStage),
@@ -64,15 +70,17 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uint64_t>(smem_raw), uint64_t(1024)));
   GemmSmem smem;
-  smem.d = base + Layout::kOffsetD;                                           // (BLOCK_M, BLOCK_N) bf16
+  smem.d = base + Layout::kOffsetD;                                           // (BLOCK_M, BLOCK_N) bf16 / fp32
   smem.a = base + Layout::kOffsetA;                                           // (kNumStages, BLOCK_M, BLOCK_K) fp8
   smem.b = base + Layout::kOffsetB;                                           // (kNumStages, BLOCK_N, BLOCK_K) fp8
   smem.sa = reinterpret_cast<float*>(base + Layout::kOffsetSa);               // (kNumStages, BLOCK_M, 1 or 4) fp32
-  smem.sb = reinterpret_cast<float*>(base + Layout::kOffsetSb);               // (kNumStages, 2) fp32
+  smem.sb = reinterpret_cast<float*>(base + Layout::kOffsetSb);               // (kNumStages, 2 or BLOCK_N) fp32
   smem.full_barriers = reinterpret_cast<uint64_t*>(base + Layout::kOffsetBarriers);  // (kNumStages)
   smem.empty_barriers = smem.full_barriers + kNumStages;                              // (kNumStages)
   smem.exchange_full = smem.empty_barriers + kNumStages;                              // split-K
   smem.exchange_empty = smem.exchange_full + 1;                                       // split-K
+  smem.c_full = smem.empty_barriers + kNumStages + (kSplitK > 1 ? 2 : 0);             // kOutF32AddC
+  smem.c_empty = smem.c_full + 1;                                                     // kOutF32AddC
   smem.exchange = reinterpret_cast<float*>(base + Layout::kOffsetExchange);  // split-K: (BLOCK_M, BLOCK_N) fp32
 
   const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
@@ -86,6 +94,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     ptx::tma_prefetch_descriptor(&args.tma_b);
     if constexpr (!Cfg::kSaGather) ptx::tma_prefetch_descriptor(&args.tma_sa);
     ptx::tma_prefetch_descriptor(&args.tma_d);
+    if constexpr (Cfg::kSbPerColumn) ptx::tma_prefetch_descriptor(&args.tma_sb);
+    if constexpr (Cfg::kAddC) ptx::tma_prefetch_descriptor(&args.tma_c);
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbarrier_init(&smem.full_barriers[s], Cfg::kFullArrivals);
       ptx::mbarrier_init(&smem.empty_barriers[s], Cfg::kEmptyArrivals);
@@ -93,6 +103,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     if constexpr (kSplitK > 1) {
       ptx::mbarrier_init(smem.exchange_full, 1);   // CTA 0's expect_tx; CTA 1's st.async bytes complete it
       ptx::mbarrier_init(smem.exchange_empty, 1);  // CTA 0's thread 0, once all its math threads read the sums
+    }
+    if constexpr (Cfg::kAddC) {
+      ptx::mbarrier_init(smem.c_full, 1);                           // A's issuer's expect_tx; C's TMA bytes complete it
+      ptx::mbarrier_init(smem.c_empty, Cfg::kNumMathWarpgroups);    // each math warpgroup, once its stores read the tile
     }
     ptx::fence_mbarrier_init();
   }
@@ -146,6 +160,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       return scheduler.next(t);
     };
     Tile tile;
+    uint32_t c_phase = 0;  // kOutF32AddC: C's tile of this CTA's n-th tile completes c_full's phase n % 2
     while (next_tile(tile)) {
       if (!has_work) continue;
       math.compute_tile(tile, kb_begin);
@@ -157,9 +172,24 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         exchange.receive(math);
       }
 
-      // ---- Epilogue: bf16, stmatrix into the swizzled shared tile, TMA store (or row-checked stores) ----------
-      Cfg::Epilogue::store(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
-                           wg_barrier, tile, args, N);
+      // ---- Epilogue: into the swizzled shared tile (bf16 by stmatrix; fp32 pairs, C added), TMA store (or
+      // row-checked stores) ----------------------------------------------------------------------------------------
+      if constexpr (kOutput == kOutBf16) {
+        Cfg::Epilogue::store(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
+                             wg_barrier, tile, args, N);
+      } else {
+        Cfg::Epilogue::template store_f32<Cfg::kAddC>(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg,
+                                                      lane_idx, wg_thread, wg_barrier, tile, args, N, smem.c_full,
+                                                      c_phase);
+        if constexpr (Cfg::kAddC) {
+          // The next tile's C may go into the shared tile once this warpgroup's stores have read it.
+          if (wg_thread == 0) {
+            ptx::tma_store_wait_read<0>();
+            ptx::mbarrier_arrive(smem.c_empty);
+          }
+          c_phase ^= 1;
+        }
+      }
       if constexpr (kSplitK > 1) exchange.release();
     }
     math.end_turns();

@@ -47,6 +47,10 @@ FG_DEVICE void st_shared_f32(float* ptr, float v) {
   asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_addr(ptr)), "f"(v) : "memory");
 }
 
+FG_DEVICE void st_shared_v2_f32(float* ptr, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_addr(ptr)), "f"(v.x), "f"(v.y) : "memory");
+}
+
 /// Global load. Not the non-coherent path (ld.global.nc), whose data must stay unchanged for the kernel's whole life:
 /// under programmatic dependent launch the previous kernel may still be writing it when this one starts, and ptxas
 /// then hoists .nc loads above griddepcontrol.wait (seen in the quantizers' SASS).
