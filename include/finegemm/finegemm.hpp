@@ -170,6 +170,7 @@ struct Problem {
   bool sb_per_row = false; ///< normal only: B's scales per 1x128 row block ([N, KB]) instead of per 128x128 block
   DType d_dtype = DType::kBFloat16;  ///< normal only: kBFloat16 or kFloat32
   bool accumulate = false; ///< normal only: D = C + A x B^T (fp32 D)
+  bool c_is_d = true;      ///< with accumulate: C is D itself (D += A x B^T), or another tensor
 };
 
 /// Answers "would this call be accepted?" without throwing. On false, `reason` (if given) says what to change.

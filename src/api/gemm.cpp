@@ -132,6 +132,7 @@ Problem problem_of(const GemmCall& c) {
   p.sb_per_row = c.sb_per_row;
   p.d_dtype = c.d_dtype;
   p.accumulate = c.c != nullptr;
+  p.c_is_d = c.c == c.d;
   return p;
 }
 
@@ -205,7 +206,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
       swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), out_bytes));
   encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), out_type, c.d, uint64_t(c.n), uint64_t(c.a_rows),
             uint64_t(c.ld_d) * out_bytes, slab_cols, device::kWarpgroupRows, out_swizzle, "cuTensorMapEncodeTiled(D)");
-  if (c.c != nullptr)
+  if (c.c != nullptr && c.c != c.d)
     encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_c), out_type, c.c, uint64_t(c.n), uint64_t(c.a_rows),
               uint64_t(c.ld_c) * out_bytes, slab_cols, device::kWarpgroupRows, out_swizzle,
               "cuTensorMapEncodeTiled(C)");

@@ -108,13 +108,15 @@ bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
 /// The kernel output (device::GemmOutput) of a problem.
 uint32_t output_of(const Problem& p) {
   if (p.d_dtype != DType::kFloat32) return device::kOutBf16;
-  return p.accumulate ? device::kOutF32AddC : device::kOutF32;
+  if (!p.accumulate) return device::kOutF32;
+  return p.c_is_d ? device::kOutF32AddToD : device::kOutF32AddC;
 }
 
 /// Bytes of D each output element costs: written once, and with accumulation C read once too.
 double output_bytes_per_element(const Problem& p) {
   const uint32_t output = output_of(p);
-  return double(device::gemm_out_bytes(output)) * (output == device::kOutF32AddC ? 2.0 : 1.0);
+  const bool reads_c = output == device::kOutF32AddC || output == device::kOutF32AddToD;
+  return double(device::gemm_out_bytes(output)) * (reads_c ? 2.0 : 1.0);
 }
 
 /// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once
@@ -192,7 +194,11 @@ std::string KernelConfig::describe() const {
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
      << (d_evict_first ? " D:evict-first" : "") << (wide_tail ? " wide-tail" : "")
      << (sb_mode == device::kSbRowMnMajor ? " sb=1x128" : "")
-     << (output == device::kOutF32 ? " out=fp32" : output == device::kOutF32AddC ? " out=fp32+C" : "") << " grid=" << grid
+     << (output == device::kOutF32       ? " out=fp32"
+         : output == device::kOutF32AddC   ? " out=fp32,C"
+         : output == device::kOutF32AddToD ? " out=fp32,+=D"
+                                           : "")
+     << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
   return os.str();
 }
@@ -291,7 +297,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
           cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";
         } else if (output == device::kOutF32AddC && split > 1) {
-          cand.rejected = "C is added by the CTA that stores the tile: no split-K with accumulation";
+          cand.rejected = "C's tile is loaded for the CTA that stores the tile only: no split-K with a C other "
+                          "than D";
         } else if (block_n > ceil_div(p.n, int64_t(kBlockNStep)) * kBlockNStep) {
           cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
         } else if (128 - std::gcd(block_n, 128) + block_n > 256) {

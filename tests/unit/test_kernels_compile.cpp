@@ -451,11 +451,12 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
                                {576, 4096, 7168},   {32768, 4096, 512}, {7168, 4096, 2048}, {100, 264, 640}};
   struct Variant {
     finegemm::DType d_dtype;
-    bool accumulate;
+    bool accumulate, c_is_d;
   };
   for (const auto& s : shapes) {
-    for (Variant v : {Variant{finegemm::DType::kFloat32, true}, Variant{finegemm::DType::kFloat32, false},
-                      Variant{finegemm::DType::kBFloat16, false}}) {
+    for (Variant v : {Variant{finegemm::DType::kFloat32, true, true}, Variant{finegemm::DType::kFloat32, true, false},
+                      Variant{finegemm::DType::kFloat32, false, false},
+                      Variant{finegemm::DType::kBFloat16, false, false}}) {
       Problem q;
       q.kind = GemmKind::kNormal;
       q.m = s[0];
@@ -464,6 +465,7 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
       q.sb_per_row = true;
       q.d_dtype = v.d_dtype;
       q.accumulate = v.accumulate;
+      q.c_is_d = v.c_is_d;
       functions.insert(finegemm::heuristics::select_config(q, 132).kernel_function());
     }
   }
@@ -471,10 +473,15 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
-    EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
+    const bool add_to_d = names[i].find(", 1u, 3u>") != std::string::npos;
+    if (!add_to_d) EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-    const bool fp32 = names[i].find(", 1u, 1u>") != std::string::npos || names[i].find(", 1u, 2u>") != std::string::npos;
+    const bool fp32 = names[i].find(", 1u, 1u>") != std::string::npos || names[i].find(", 1u, 2u>") != std::string::npos ||
+                      names[i].find(", 1u, 3u>") != std::string::npos;
     if (fp32) EXPECT_EQ(sass.find("STSM"), std::string::npos) << names[i] << ": fp32 tiles are not stored by stmatrix";
+    // D += A x B^T: the tile is reduced into D by TMA (UTMAREDG), C other than D is loaded by TMA into the tile.
+    if (add_to_d)
+      EXPECT_NE(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": no TMA reduction";
   });
 }

@@ -82,8 +82,9 @@ struct EpilogueTile {
   /// layout) as float2 into the shared tile, plus C's value at the same place when `kAddC` (C's tile was loaded there
   /// by TMA: the producer issued it at the tile's start, `c_full` says it arrived). Each thread reads and writes only
   /// its own elements, so C and D share the tile without a barrier between the read and the write. Without C, the
-  /// previous tile's store must be done reading first; with C, the producer's load waited for that (c_empty).
-  template <bool kAddC, uint32_t kNumWaves>
+  /// previous tile's store must be done reading first; with C, the producer's load waited for that (c_empty). With
+  /// `kAddToD` the tile is reduced into D (D += tile) instead of stored.
+  template <bool kAddC, bool kAddToD, uint32_t kNumWaves>
   static FG_DEVICE void store_f32(const float (&acc)[kNumWaves][BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg,
                                   uint32_t wave_rows, uint32_t warp_in_wg, uint32_t lane, uint32_t wg_thread,
                                   uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n,
@@ -113,12 +114,13 @@ struct EpilogueTile {
         }
       }
     }
-    write_out<kNumWaves>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n);
+    write_out<kNumWaves, kAddToD>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n);
   }
 
   /// This warpgroup's rows of the shared tile to D: TMA stores of whole slabs, or, for grouped edge tiles and a dense
-  /// GEMM's moved-up last row block, row-checked 16-byte stores. Commits the stores as one bulk group.
-  template <uint32_t kNumWaves>
+  /// GEMM's moved-up last row block, row-checked 16-byte stores. Commits the stores as one bulk group. `kReduce`
+  /// (fp32): TMA reductions and atomic adds into D instead of stores.
+  template <uint32_t kNumWaves, bool kReduce = false>
   static FG_DEVICE void write_out(uint8_t* smem_d, uint32_t math_wg, uint32_t wave_rows, uint32_t wg_thread,
                                   uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n) {
     const uint32_t n_start = tile.n_block * BLOCK_N;
@@ -145,7 +147,9 @@ struct EpilogueTile {
           for (uint32_t slab = 0; slab < kNumSlabs; ++slab) {
             const void* src = smem_d + slab * kSlabBytes + wg_row0 * kSlabRowBytes;
             const int32_t col = int32_t(out_col0 + slab * kSlabCols), row = tile.row_base + int32_t(out_row0);
-            if (hinted)
+            if (kReduce)
+              ptx::tma_reduce_add_2d(&args.tma_d, src, col, row);
+            else if (hinted)
               ptx::tma_store_2d_hinted(&args.tma_d, src, col, row, policy);
             else
               ptx::tma_store_2d(&args.tma_d, src, col, row);
@@ -177,7 +181,13 @@ struct EpilogueTile {
           if ((((r < 32 ? mine_lo : mine_hi) >> (r % 32)) & 1u) == 0) continue;
           uint32_t v[4];
           ptx::ld_shared_v4_b32(smem_d + offset(wg_row0 + r, col), v);
-          ptx::st_global_v4_b32(args.d + (int64_t(global_row) * args.ld_d + global_col) * kOutBytes, v);
+          uint8_t* dst = args.d + (int64_t(global_row) * args.ld_d + global_col) * kOutBytes;
+          if constexpr (kReduce) {
+#pragma unroll
+            for (uint32_t e = 0; e < 4; ++e) ptx::red_add_global_f32(reinterpret_cast<float*>(dst) + e, __uint_as_float(v[e]));
+          } else {
+            ptx::st_global_v4_b32(dst, v);
+          }
         }
       }
     }

@@ -42,7 +42,8 @@ enum GemmSbMode : uint32_t {
 enum GemmOutput : uint32_t {
   kOutBf16 = 0,     ///< D = A x B^T, bf16
   kOutF32 = 1,      ///< D = A x B^T, fp32
-  kOutF32AddC = 2,  ///< D = C + A x B^T, fp32 (C fp32 of D's shape; it may be D itself)
+  kOutF32AddC = 2,  ///< D = C + A x B^T, fp32, C another fp32 tensor of D's shape (C's tiles loaded by TMA)
+  kOutF32AddToD = 3,  ///< D += A x B^T, fp32 (C is D): D's tiles reduced into it by TMA (the add in the L2)
 };
 
 /// Bytes of one output element.

@@ -36,6 +36,8 @@ struct GemmTraits {
   using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes>;
   /// D = C + A x B^T: the A issuer loads C's tile into the shared output tile at each tile's start.
   static constexpr bool kAddC = kOutput == kOutF32AddC;
+  /// D += A x B^T: the epilogue's TMA stores are reductions (fp32 adds in the L2) into D.
+  static constexpr bool kAddToD = kOutput == kOutF32AddToD;
   static constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;
   static constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
   static constexpr uint32_t kKBlocksPerCta = kNumKBlocks / kSplitK;

@@ -46,11 +46,12 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(!kWideTail || (kKind == int(GemmKind::kNormal) &&
                                gemm_dense_wide_tail(BLOCK_M, BLOCK_N, kSplitK, kSaMode)),
                 "wide tails: dense 256x128 kernels as gemm_dense_wide_tail says");
-  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddC, "B's scales and the output as GemmSbMode and "
+  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddToD, "B's scales and the output as GemmSbMode and "
                 "GemmOutput say");
   static_assert(kOutput == kOutBf16 || (!kWideTail && !(kKind == int(GemmKind::kGroupedContiguous) && BLOCK_M == 256)),
                 "fp32 outputs: no wide tiles (their waves are stored as two bf16 n-blocks)");
-  static_assert(kOutput != kOutF32AddC || kSplitK == 1, "C is added by the CTA that stores the tile: no split-K");
+  static_assert(kOutput != kOutF32AddC || kSplitK == 1, "C's tile is loaded for the CTA that stores the tile only: "
+                "no split-K");
 
   // ---- Types and constants ----------------------------------------------------------------------
   using Cfg = GemmTraits<kKind, N, K, BLOCK_M, BLOCK_N, kNumStages, kSaMode, kSplitK, kWideTail, kSbMode, kOutput>;
@@ -178,9 +179,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         Cfg::Epilogue::store(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
                              wg_barrier, tile, args, N);
       } else {
-        Cfg::Epilogue::template store_f32<Cfg::kAddC>(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg,
-                                                      lane_idx, wg_thread, wg_barrier, tile, args, N, smem.c_full,
-                                                      c_phase);
+        Cfg::Epilogue::template store_f32<Cfg::kAddC, Cfg::kAddToD>(math.final_accum, smem.d, math_wg,
+                                                                    Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
+                                                                    wg_barrier, tile, args, N, smem.c_full, c_phase);
         if constexpr (Cfg::kAddC) {
           // The next tile's C may go into the shared tile once this warpgroup's stores have read it.
           if (wg_thread == 0) {

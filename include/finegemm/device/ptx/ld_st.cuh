@@ -86,6 +86,11 @@ FG_DEVICE void st_global_v4_b32(void* ptr, const uint32_t (&v)[4]) {
 }
 
 /// Packs two floats into bf16x2 with round-to-nearest-even: `lo` in the low half.
+/// Atomic fp32 add to global memory without a result (red: the add happens in the L2).
+FG_DEVICE void red_add_global_f32(float* ptr, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(ptr), "f"(v) : "memory");
+}
+
 FG_DEVICE uint32_t cvt_bf16x2(float lo, float hi) {
   uint32_t packed;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));

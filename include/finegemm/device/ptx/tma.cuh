@@ -54,6 +54,15 @@ FG_DEVICE void tma_store_2d_hinted(const TmaDescriptor* desc, const void* smem_s
                : "memory");
 }
 
+/// 2D tile reduction into global memory: each element of the box is added to the one it lands on (fp32 add in the
+/// L2), tracked by the bulk async-group of this thread like a store.
+FG_DEVICE void tma_reduce_add_2d(const TmaDescriptor* desc, const void* smem_src, int32_t c0, int32_t c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "r"(smem_addr(smem_src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
 FG_DEVICE void tma_store_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 /// Waits until at most kPending bulk groups are still reading their shared-memory source.
