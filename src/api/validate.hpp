@@ -8,11 +8,11 @@ namespace finegemm {
 /// A validated call, normalised to the 2D views the kernel uses.
 struct GemmCall {
   GemmKind kind = GemmKind::kNormal;
-  int64_t rows = 0;     ///< M (normal), M_sum (contiguous), M_max (masked)
+  int64_t rows = 0;     ///< M (normal), M_sum (contiguous, psum), M_max (masked)
   int64_t a_rows = 0;   ///< rows of the 2D views of A and D: M, M_sum, G * M_max
   int64_t n = 0, k = 0;
   int num_groups = 1;
-  int64_t expected_m = 0;
+  int64_t expected_m = 0;  ///< masked, psum: the hint of rows per group
   bool sa_k_major = false;
   int64_t lda = 0;      ///< bytes between rows of A
   int64_t ld_sa = 0;    ///< K-major: elements between rows; MN-major: elements between K blocks (M_pad)
@@ -22,13 +22,15 @@ struct GemmCall {
   const void* b = nullptr;
   const void* sb = nullptr;
   void* d = nullptr;
-  const void* layout = nullptr;  ///< m_indices or masked_m
+  const void* layout = nullptr;  ///< m_indices, masked_m or group ends
 };
 
 GemmCall validate_normal(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d);
 GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                              const TensorView& d, const TensorView& m_indices);
+GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                                  const TensorView& d, const TensorView& group_ends, int expected_m);
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d, const TensorView& masked_m, int expected_m);
 
