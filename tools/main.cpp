@@ -35,7 +35,7 @@ namespace ft = finegemm::tools;
 namespace {
 
 constexpr const char* kSeedShapes = "data/shapes/deepseek_v3.csv";
-const std::vector<std::string> kAllKinds = {"normal", "contiguous", "masked"};
+const std::vector<std::string> kAllKinds = {"normal", "contiguous", "masked", "psum"};
 constexpr int64_t kMaxDim = int64_t(1) << 31;  // the largest M, N or K a shape file may hold
 constexpr int kMaxSms = 1024;
 
@@ -48,7 +48,7 @@ struct CommandHelp {
 
 constexpr CommandHelp kHelp[] = {
     {"bench",
-     "bench   [--shapes FILE] [--kinds normal,contiguous,masked] [--iters 30] [--sa mn|k] [--flush memset|read|none]\n"
+     "bench   [--shapes FILE] [--kinds normal,contiguous,masked,psum] [--iters 30] [--sa mn|k] [--flush memset|read|none]\n"
      "          [--experts random|equal] [--data normal|uniform] [--ceiling] [--csv FILE]\n"
      "        | --chain [--layers 16] [--m 1,16,64,128] [--shapes FILE] [--iters 30] [--csv FILE]\n"
      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
@@ -74,7 +74,7 @@ constexpr CommandHelp kHelp[] = {
      "            --csv FILE: one row per (M, N, K). --kinds, --sa, --flush, --experts, --data and --ceiling do not\n"
      "            apply.\n"},
     {"check",
-     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked] [--corrupt] [--cpu]\n"
+     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked,psum] [--corrupt] [--cpu]\n"
      "          correctness sweep over random and awkward shapes, each output checked against a reference; exits 1\n"
      "          on the first failure; needs a Hopper GPU. --corrupt flips one output element (the checker must\n"
      "          fail); --cpu checks the checker itself on the CPU, without a GPU (6 cases by default)\n"},
@@ -119,13 +119,11 @@ bool hopper_or_explain(const char* command) {
   return false;
 }
 
-const char* kind_name(fg::GemmKind k) {
-  return k == fg::GemmKind::kNormal ? "normal" : (k == fg::GemmKind::kGroupedContiguous ? "contiguous" : "masked");
-}
-
 fg::GemmKind kind_of(const std::string& name) {
-  return name == "normal" ? fg::GemmKind::kNormal
-                          : (name == "contiguous" ? fg::GemmKind::kGroupedContiguous : fg::GemmKind::kGroupedMasked);
+  for (fg::GemmKind k : {fg::GemmKind::kNormal, fg::GemmKind::kGroupedContiguous, fg::GemmKind::kGroupedMasked,
+                         fg::GemmKind::kGroupedContiguousPsum})
+    if (name == ft::kind_name(k)) return k;
+  throw ft::UsageError("unknown GEMM kind '" + name + "'");
 }
 
 std::string join(const std::vector<std::string>& words) {
@@ -233,7 +231,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
   const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
                               [&](const ft::ProblemShape& s) {
-                                return std::find(kinds.begin(), kinds.end(), kind_name(s.kind)) == kinds.end();
+                                return std::find(kinds.begin(), kinds.end(), ft::kind_name(s.kind)) == kinds.end();
                               }),
                shapes.end());
   const bool k_major = args.text("sa", "mn") == "k";
@@ -289,7 +287,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
                                          with_ceiling);
 
   for (const ft::UnsupportedShape& u : skipped)
-    std::printf("skipped %s %d %lld %lld %lld: %s\n", kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
+    std::printf("skipped %s %d %lld %lld %lld: %s\n", ft::kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
                 (long long)u.shape.n, (long long)u.shape.k, u.reason.c_str());
   // Compile everything first, in parallel.
   {
@@ -313,8 +311,8 @@ int cmd_bench(const ft::ParsedArgs& args) {
     ft::ProblemOptions opt;
     opt.seed = 1000 + i;
     opt.data = data == "normal" ? ft::DataKind::kNormal : ft::DataKind::kUniform;
-    if (s.kind == fg::GemmKind::kGroupedContiguous && experts == "equal")
-      opt.expert_rows.assign(size_t(s.groups), int(s.m));
+    const bool contiguous = s.kind == fg::GemmKind::kGroupedContiguous || s.kind == fg::GemmKind::kGroupedContiguousPsum;
+    if (contiguous && experts == "equal") opt.expert_rows.assign(size_t(s.groups), int(s.m));
     ft::GemmProblem problem(s, opt);
     problem.poison_output(stream);
     problem.run(k_major, stream);
@@ -351,7 +349,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
     if (x_cublas > 0)
       std::snprintf(baseline, sizeof(baseline), "%8.1f %7.0f | %7.2f", cublas_us, cublas_tflops, x_cublas);
     std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %s | %s\n",
-                kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
+                ft::kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
                 t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, baseline,
                 verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
@@ -575,7 +573,7 @@ int cmd_plan(const ft::ParsedArgs& args) {
   const int sms = int(args.integer("sms", 132));
   const auto [m_lo, m_hi] = args.range("m-range", {0, -1});  // by default an empty range: each shape at its own M
   auto line = [&](const ft::ProblemShape& s, const std::string& config) {
-    std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n,
+    std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", ft::kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n,
                 (long long)s.k, config.c_str());
   };
   auto pick = [&](const ft::ProblemShape& s) {

@@ -91,10 +91,6 @@ struct StressOptions {
   bool help = false;
 };
 
-const char* kind_name(GemmKind kind) {
-  return kind == GemmKind::kNormal ? "normal" : (kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked");
-}
-
 constexpr double kMaxSeconds = 86400;
 
 /// Throws UsageError (one line) on a bad command line.

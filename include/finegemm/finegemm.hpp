@@ -109,10 +109,29 @@ void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView
 /// get_m_alignment_for_contiguous_layout(). `sa`: [M_sum, KB]. `b`: fp8 [G, N, K]. `sb`: [G, NB, KB].
 /// `d`: bf16 [M_sum, N]. `m_indices`: int32 [M_sum] on the device, the expert of each row, -1 for padding rows.
 /// Padding rows of `d` are left untouched. Rows with an expert id outside [-1, G) are treated as padding (skipped,
-/// never read or written out of bounds) and raise the device error flag (see device_error_flags()).
+/// never read or written out of bounds) and raise the device error flag (see device_error_flags()). The kernel takes
+/// each block of rows (its tile height, 64 to 256; 128-row halves of 256) for the expert of its first row: in a block
+/// whose last row names another expert (a block where an expert ends), a row naming neither that expert nor -1 is
+/// left untouched and raises kDeviceErrorExpertIdInconsistent; in a block whose first and last rows agree, every row
+/// is computed as that expert's (a wrong id strictly inside it is not detected).
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
                                                const TensorView& sb, const TensorView& d,
                                                const TensorView& m_indices, Stream stream = nullptr);
+
+/// MoE grouped GEMM, contiguous layout given by each group's end row ("psum" layout: DeepGEMM's
+/// use_psum_layout=True, as DeepEP v2 and training frameworks write it). `a`, `sa`, `b`, `sb`, `d` as in
+/// m_grouped_gemm_fp8_fp8_bf16_nt_contiguous. `group_ends`: int32 [G] on the device, never read on the host; group g
+/// holds rows [align(end[g-1], 128), end[g]) (end[-1] = 0), so ends never decrease and an empty group's end is its
+/// start. Rows between a group's end and the next group's start, and rows at or past end[G-1], are padding: they cost
+/// nothing (no tile holds them) and their rows of `d` are left untouched. Invalid ends (below the group's start, or
+/// past M_sum for a group with rows) are clamped to the rows that exist, never read or written out of bounds, and
+/// raise kDeviceErrorGroupEndInvalid. `expected_m` (>= 0): a host-side hint of the typical rows per group, used only
+/// to choose the kernel configuration; 0 assumes M_sum / G. Asynchronous and graph-capturable like the others: the
+/// ends may change between CUDA-graph replays.
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                                    const TensorView& sb, const TensorView& d,
+                                                    const TensorView& group_ends, int expected_m = 0,
+                                                    Stream stream = nullptr);
 
 /// MoE grouped GEMM, masked layout (decoding under CUDA graphs). `a`: fp8 [G, M_max, K]. `sa`: [G, M_max, KB]
 /// (MN-major per group: strides {KB*M_pad, 1, M_pad}; or K-major). `b`: [G, N, K]. `sb`: [G, NB, KB].
@@ -128,6 +147,12 @@ enum DeviceErrorFlag : uint32_t {
   kDeviceErrorNone = 0,
   kDeviceErrorExpertIdOutOfRange = 1u << 0,  ///< m_indices held a value >= G or < -1: those rows were skipped.
   kDeviceErrorMaskedMTooLarge = 1u << 1,     ///< masked_m[g] > M_max: clamped to M_max.
+  /// Contiguous layout: a row of a block where an expert ends held an expert other than the block's and -1: the row
+  /// was left untouched.
+  kDeviceErrorExpertIdInconsistent = 1u << 2,
+  /// Psum layout: a group's end was below its start (the previous end rounded up to 128) or past M_sum: the group
+  /// kept only the rows that exist between the two (none, or up to M_sum).
+  kDeviceErrorGroupEndInvalid = 1u << 3,
 };
 /// Reads the device error flags of the current device (synchronizes the current context).
 uint32_t device_error_flags();
@@ -155,13 +180,13 @@ void set_num_sms(int num_sms);
 void set_pdl(bool enabled);
 bool get_pdl();
 
-/// Kinds of GEMM finegemm implements.
-enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2 };
+/// Kinds of GEMM finegemm implements (kGroupedContiguousPsum: the contiguous layout given by group ends).
+enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedContiguousPsum = 3 };
 
 /// A GEMM problem as the heuristic sees it.
 struct Problem {
   GemmKind kind = GemmKind::kNormal;
-  int64_t m = 0;           ///< rows (normal), M_sum (contiguous), expected_m per group (masked)
+  int64_t m = 0;           ///< rows (normal), M_sum (contiguous), expected rows per group (masked, psum)
   int64_t n = 0;
   int64_t k = 0;
   int num_groups = 1;

@@ -59,6 +59,7 @@ else:
         m_grouped_fp8_gemm_nt_contiguous,
         m_grouped_fp8_gemm_nt_masked,
         m_grouped_gemm_fp8_fp8_bf16_nt_contiguous,
+        m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum,
         m_grouped_gemm_fp8_fp8_bf16_nt_masked,
         per_block_cast_to_fp8,
         per_token_cast_to_fp8,

@@ -4,6 +4,7 @@ TENSOR_FUNCTIONS = (
     "gemm_fp8_fp8_bf16_nt",
     "gemm_fp8_fp8_nt",
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
     "per_token_cast_to_fp8",
     "per_block_cast_to_fp8",

@@ -20,6 +20,7 @@ except ImportError:  # not built, or built against another PyTorch: the descript
     _C_torch = None
 _FAST = {name: getattr(_C_torch, name, None) for name in ("gemm_fp8_fp8_bf16_nt", "gemm_fp8_fp8_nt",
                                                           "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
+                                                          "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
                                                           "m_grouped_gemm_fp8_fp8_bf16_nt_masked")}
 
 __all__ = list(TENSOR_FUNCTIONS)
@@ -153,6 +154,23 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
           (out, m_indices), ("out", "m_indices"))
 
 
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(lhs, rhs, out, group_ends, expected_m=0):
+    """MoE grouped GEMM, contiguous layout given by each group's end row (DeepGEMM's psum layout).
+
+    Args:
+        lhs: ``(lhs, lhs_scales)``: fp8 ``[M_sum, K]`` and fp32 ``[M_sum, KB]``, as for the contiguous layout.
+        rhs: ``(rhs, rhs_scales)``: fp8 ``[G, N, K]`` and fp32 ``[G, ceil(N/128), KB]``.
+        out: bf16 ``[M_sum, N]``; only the groups' rows are written.
+        group_ends: int32 ``[G]`` on the GPU (read by the kernel only, so it may change between CUDA-graph replays):
+            group g holds rows ``[align(end[g-1], 128), end[g])`` (group 0 from row 0); an empty group's end is its
+            start. Invalid ends are clamped to the rows that exist and set a bit of ``device_error_flags()``.
+        expected_m: a host-side hint of the typical rows per group, used only to choose the kernel configuration
+            (0: ``M_sum / G``).
+    """
+    _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum"],
+          lhs, rhs, (out, group_ends), ("out", "group_ends"), expected_m)
+
+
 def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
     """MoE grouped GEMM, masked layout (decoding under CUDA graphs).
 
@@ -171,8 +189,9 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
 # ---- DeepGEMM 2.x names ---------------------------------------------------------------------------------------------
 # DeepGEMM renamed its GEMMs after its first release (fp8_gemm_nt, ...), made the FP8 names aliases of its FP8/FP4
 # ones (fp8_fp4_gemm_nt, ...) and gave them arguments for other scaling recipes, an added accumulator, Blackwell's
-# FP4 operands and UE8M0 scales, and a per-group-end ("psum") form of the contiguous layout. The signatures below are
-# DeepGEMM 2.6.1's. On Hopper's recipe (fp32 scales per 1x128 of a and per 128x128 of b) they run the GEMMs above;
+# FP4 operands and UE8M0 scales, and a per-group-end ("psum") form of the contiguous layout (run here by
+# m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum). The signatures below are DeepGEMM 2.6.1's. On Hopper's recipe
+# (fp32 scales per 1x128 of a and per 128x128 of b) they run the GEMMs above;
 # an argument finegemm has no kernel for raises ValueError before anything runs, naming what does run.
 # `compiled_dims` (which sizes DeepGEMM compiles into a kernel: finegemm always compiles N and K),
 # `disable_ue8m0_cast` (DeepGEMM casts no fp32 scale on Hopper either) and `ensure_zero_padding` (Blackwell only in
@@ -286,20 +305,25 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, r
     ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, grouped_layout)``.
 
     ``grouped_layout`` is ``m_indices``: int32 ``[M_sum]``, each row's group, -1 for padding rows (left untouched);
-    each group's rows start at a multiple of 128. ``use_psum_layout=True`` (grouped_layout as each group's end row)
-    raises ValueError, as do the arguments ``fp8_fp4_gemm_nt`` refuses.
+    each group's rows start at a multiple of 128. With ``use_psum_layout=True`` it is int32 ``[G]``, each group's end
+    row, group g holding rows ``[align(end[g-1], 128), end[g])``, as ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum``
+    runs it (on the GPU, no host synchronization, graph-safe); rows outside the groups are left untouched, and
+    ``expected_m_for_psum_layout`` (rows per group, a hint for the kernel configuration) may be given. The arguments
+    ``fp8_fp4_gemm_nt`` refuses raise ValueError.
     """
-    if use_psum_layout:
-        raise ValueError("finegemm runs the contiguous GEMM with m_indices (grouped_layout int32 [M], -1 for padding "
-                         "rows); use_psum_layout=True is not supported yet")
-    if expected_m_for_psum_layout is not None:
-        raise ValueError("expected_m_for_psum_layout goes with use_psum_layout=True, which finegemm does not support "
-                         "yet; pass None")
+    if expected_m_for_psum_layout is not None and not use_psum_layout:
+        raise ValueError("expected_m_for_psum_layout goes with use_psum_layout=True; pass None")
     if recipe is not None or recipe_a is not None or recipe_b is not None:
         _check_deepgemm_arguments(recipe, recipe_a, recipe_b)
     try:
-        _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"], a, b,
-              (d, grouped_layout), ("d", "grouped_layout"))
+        if use_psum_layout:
+            expected_m = 0 if expected_m_for_psum_layout is None else int(expected_m_for_psum_layout)
+            _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum,
+                  _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum"], a, b, (d, grouped_layout),
+                  ("d", "grouped_layout"), expected_m)
+        else:
+            _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"], a,
+                  b, (d, grouped_layout), ("d", "grouped_layout"))
     except (TypeError, ValueError):
         _refuse_blackwell_formats(a, b)
         raise

@@ -96,6 +96,18 @@ NB_MODULE(_C, m) {
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
       nb::arg("m_indices"), nb::arg("stream"));
   m.def(
+      "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
+      [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle group_ends, int expected_m,
+         uintptr_t stream) {
+        const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
+                                   vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
+                                   ve = to_view(group_ends, "group_ends");
+        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, vb, vsb, vd, ve, expected_m,
+                                                                 to_stream(stream));
+      },
+      nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
+      nb::arg("group_ends"), nb::arg("expected_m"), nb::arg("stream"));
+  m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle masked_m, int expected_m,
          uintptr_t stream) {
@@ -145,4 +157,6 @@ NB_MODULE(_C, m) {
   m.def("version", &finegemm::version);
   m.attr("kDeviceErrorExpertIdOutOfRange") = uint32_t(finegemm::kDeviceErrorExpertIdOutOfRange);
   m.attr("kDeviceErrorMaskedMTooLarge") = uint32_t(finegemm::kDeviceErrorMaskedMTooLarge);
+  m.attr("kDeviceErrorExpertIdInconsistent") = uint32_t(finegemm::kDeviceErrorExpertIdInconsistent);
+  m.attr("kDeviceErrorGroupEndInvalid") = uint32_t(finegemm::kDeviceErrorGroupEndInvalid);
 }

@@ -190,7 +190,7 @@ def expect_untouched(call, out, message):
 
 
 REFUSED = ["accumulator", "1D1D recipe", "recipe_a alone", "recipe and recipe_a", "FP4 recipe_b", "FP4 a", "FP4 b",
-           "UE8M0 scales", "psum layout", "psum expected_m", "contiguous recipe", "contiguous FP4", "masked recipe",
+           "UE8M0 scales", "psum expected_m", "contiguous recipe", "contiguous FP4", "masked recipe",
            "masked FP4"]
 
 
@@ -215,11 +215,6 @@ def refused_calls(device):
         ("FP4 a", lambda: dg.fp8_fp4_gemm_nt(fp4, b, d), d, "a holds packed FP4 values"),
         ("FP4 b", lambda: dg.fp8_fp4_gemm_nt(a, (b[0].view(torch.int8), b[1]), d), d, "b holds packed FP4 values"),
         ("UE8M0 scales", lambda: dg.fp8_gemm_nt(a, ue8m0, d), d, "b's scales are torch.int32 .UE8M0"),
-        ("psum layout", lambda: dg.m_grouped_fp8_gemm_nt_contiguous(a, gb, d, torch.tensor([32, 64], device=device,
-                                                                                           dtype=torch.int32),
-                                                                    use_psum_layout=True), d,
-         r"finegemm runs the contiguous GEMM with m_indices \(grouped_layout int32 \[M\], -1 for padding rows\); "
-         r"use_psum_layout=True is not supported yet"),
         ("psum expected_m", lambda: dg.m_grouped_fp8_fp4_gemm_nt_contiguous(a, gb, d, m_indices,
                                                                             expected_m_for_psum_layout=64), d,
          "expected_m_for_psum_layout goes with use_psum_layout=True"),
@@ -241,6 +236,19 @@ def refused_calls(device):
 def test_refused_arguments_raise_value_error_and_leave_the_output_untouched(case):
     call, out, message = refused_calls("cpu")[case]
     expect_untouched(call, out, message)
+
+
+@pytest.mark.torch
+def test_psum_layout_reaches_the_gemm():
+    """use_psum_layout=True runs finegemm's psum GEMM: on CPU tensors the call passes the Python checks and stops at
+    the GEMM's device check."""
+    a, b, d = dense("cpu")
+    ends = torch.tensor([32, 64], dtype=torch.int32)
+    for kwargs in ({}, {"expected_m_for_psum_layout": 32}):
+        with pytest.raises(ValueError, match="must be a CUDA tensor"):
+            dg.m_grouped_fp8_gemm_nt_contiguous(a, grouped(b), d, ends, use_psum_layout=True, **kwargs)
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, grouped(b), d, ends, 32)
 
 
 @pytest.mark.torch
@@ -511,6 +519,99 @@ def test_transformers_fp8_linear_and_experts():
         ref, abs_sum = fgtest.reference_gemm(x[begin:end], xs[begin:end], w[g], ws[g])
         fgtest.check_output(out[begin:end], ref, abs_sum, f"transformers contiguous, expert {g} (seed {seed})")
     assert fgtest.is_poison(out[grouped_layout == -1]).all(), "padding rows were written"
+
+
+def psum_rows(ends, num_rows, alignment=128):
+    """Each row's group in a psum layout (-1: no group), row by row: group g holds [align(end[g-1]), end[g])."""
+    out, start = [-1] * num_rows, 0
+    for g, end in enumerate(ends):
+        for r in range(start, min(end, num_rows)):
+            out[r] = g
+        start = (end + alignment - 1) // alignment * alignment
+    return out
+
+
+def psum_ends(counts, alignment=128):
+    """DeepEP v2's psum layout of groups with these row counts: each end is the previous end rounded up, plus the
+    group's rows (an empty group's end is its start)."""
+    ends, start = [], 0
+    for count in counts:
+        ends.append(start + count)
+        start = (start + count + alignment - 1) // alignment * alignment
+    return ends
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("counts,n,k", [([100, 0, 172, 5, 128], 576, 1024), ([1000, 3000, 0, 2500], 4096, 7168),
+                                        ([40] * 64, 2112, 512)])
+def test_deepep_psum_layout_in_a_cuda_graph(counts, n, k):
+    """DeepEP v2 / training's psum layout: each group's end row, groups at the aligned end of the one before, empty
+    groups included; rows past a group's end untouched; the same bits replayed from a CUDA graph."""
+    seed = fgtest.seed()
+    ends = psum_ends(counts)
+    rows = (ends[-1] + 127) // 128 * 128 + 128  # a worst-case allocation's unused tail too
+    w, ws = quantized_weights(len(counts), n, k, False)
+    x, xs = finegemm.per_token_cast_to_fp8(fgtest.activations(rows, k))
+    grouped_layout = torch.tensor(ends, dtype=torch.int32, device="cuda")
+    out = fgtest.poisoned_bf16(rows, n)
+    call = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((x, xs), (w, ws), out, grouped_layout, use_psum_layout=True,
+                                                        expected_m_for_psum_layout=sum(counts) // len(counts))
+    finegemm.reset_device_error_flags()
+    call()
+    row_groups = psum_rows(ends, rows)
+    for g in range(len(counts)):
+        begin, end = ends[g] - counts[g], ends[g]
+        assert row_groups[begin:end] == [g] * counts[g]
+        if end > begin:
+            ref, abs_sum = fgtest.reference_gemm(x[begin:end], xs[begin:end], w[g], ws[g])
+            fgtest.check_output(out[begin:end], ref, abs_sum, f"psum layout, group {g} (seed {seed})")
+    owned = torch.tensor(row_groups, device="cuda") >= 0
+    assert fgtest.is_poison(out[~owned]).all(), "rows past a group's end were written"
+    assert finegemm.device_error_flags() == 0
+    eager = out.clone()
+    graph = fgtest.capture_graph(call)
+    out.view(torch.int16).fill_(fgtest.BF16_POISON)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[owned].view(torch.int16), eager[owned].view(torch.int16)), "the graph's replay differs"
+    assert fgtest.is_poison(out[~owned]).all(), "the graph's replay wrote rows past a group's end"
+    # New ends written on the device between replays: the graph computes the new groups.
+    new_counts = [0] * (len(counts) - 1) + [min(rows, 300)]
+    grouped_layout.copy_(torch.tensor(psum_ends(new_counts), dtype=torch.int32))
+    out.view(torch.int16).fill_(fgtest.BF16_POISON)
+    graph.replay()
+    torch.cuda.synchronize()
+    last = len(counts) - 1
+    ref, abs_sum = fgtest.reference_gemm(x[:new_counts[-1]], xs[:new_counts[-1]], w[last], ws[last])
+    fgtest.check_output(out[:new_counts[-1]], ref, abs_sum, f"psum layout replayed with new ends (seed {seed})")
+    assert fgtest.is_poison(out[new_counts[-1]:]).all(), "the replay wrote rows of no group"
+
+
+@pytest.mark.gpu
+def test_psum_layout_bad_arguments_and_bad_ends():
+    """A grouped_layout that is not int32 [G] raises ValueError with the library's message and writes nothing; ends
+    that contradict each other or pass the rows are clamped on the device and flagged."""
+    n, k, rows = 576, 512, 512
+    w, ws = quantized_weights(2, n, k, False)
+    x, xs = finegemm.per_token_cast_to_fp8(fgtest.activations(rows, k))
+    out = fgtest.poisoned_bf16(rows, n)
+    for bad in (torch.tensor([32, 64, 64], dtype=torch.int32, device="cuda"),
+                torch.zeros(rows, dtype=torch.int32, device="cuda")):
+        expect_untouched(lambda: dg.m_grouped_fp8_gemm_nt_contiguous((x, xs), (w, ws), out, bad, use_psum_layout=True),
+                         out, r"group_ends must be a contiguous int32 \[G\] holding the end row of each of B's G=2 groups")
+    with pytest.raises(TypeError, match="group_ends must be int32"):
+        dg.m_grouped_fp8_gemm_nt_contiguous((x, xs), (w, ws), out, torch.tensor([32.0, 64.0], device="cuda"),
+                                            use_psum_layout=True)
+    assert fgtest.is_poison(out).all()
+    finegemm.reset_device_error_flags()
+    ends = torch.tensor([100, 50], dtype=torch.int32, device="cuda")  # group 1 would start at 128
+    dg.m_grouped_fp8_gemm_nt_contiguous((x, xs), (w, ws), out, ends, use_psum_layout=True)
+    flags = finegemm.device_error_flags()
+    assert flags == finegemm._C.kDeviceErrorGroupEndInvalid, flags
+    ref, abs_sum = fgtest.reference_gemm(x[:100], xs[:100], w[0], ws[0])
+    fgtest.check_output(out[:100], ref, abs_sum, "psum layout, the valid group beside an invalid one")
+    assert fgtest.is_poison(out[100:]).all(), "rows of no group were written"
+    finegemm.reset_device_error_flags()
 
 
 @pytest.mark.gpu

@@ -38,7 +38,7 @@ def test_api_names():
                  "fp8_fp4_gemm_nt", "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked",
                  "fp8_m_grouped_gemm_nt_masked", "transform_sf_into_required_layout",
                  "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
-                 "install_as_deep_gemm"):
+                 "install_as_deep_gemm", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum"):
         assert callable(getattr(finegemm, name)), name
         assert name in finegemm.__all__
     assert finegemm.get_mk_alignment_for_contiguous_layout() == finegemm.get_m_alignment_for_contiguous_layout()

@@ -120,10 +120,22 @@ int max_active_clusters(CUfunction function, const KernelConfig& cfg) {
   return std::max(1, clusters);
 }
 
+const char* kind_name(GemmKind kind) {
+  switch (kind) {
+    case GemmKind::kNormal: return "gemm";
+    case GemmKind::kGroupedContiguous: return "contiguous";
+    case GemmKind::kGroupedMasked: return "masked";
+    case GemmKind::kGroupedContiguousPsum: return "psum";
+  }
+  return "?";
+}
+
 Problem problem_of(const GemmCall& c) {
   Problem p;
   p.kind = c.kind;
-  p.m = c.kind == GemmKind::kGroupedMasked ? std::min<int64_t>(c.expected_m, c.rows) : c.rows;
+  // Masked and psum: the hint of rows per group (no group holds more than the call's rows).
+  const bool per_group = c.kind == GemmKind::kGroupedMasked || c.kind == GemmKind::kGroupedContiguousPsum;
+  p.m = per_group ? std::min<int64_t>(c.expected_m, c.rows) : c.rows;
   p.n = c.n;
   p.k = c.k;
   p.num_groups = c.num_groups;
@@ -157,8 +169,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   if (cfg.cluster_size() > 1)
     plan->config.grid = std::min(cfg.grid, cfg.cluster_size() * max_active_clusters(plan->function, cfg));
   if (ctx.settings().print_configs)
-    std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n",
-                 c.kind == GemmKind::kNormal ? "gemm" : (c.kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked"),
+    std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n", kind_name(c.kind),
                  static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
                  cfg.describe().c_str());
 
@@ -309,6 +320,12 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const Tensor
                                                const TensorView& sb, const TensorView& d,
                                                const TensorView& m_indices, Stream stream) {
   run(validate_contiguous(a, sa, b, sb, d, m_indices), stream);
+}
+
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                                    const TensorView& sb, const TensorView& d,
+                                                    const TensorView& group_ends, int expected_m, Stream stream) {
+  run(validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m), stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView& sa, const TensorView& b,

@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -149,7 +150,7 @@ void check_problem(const Problem& p) {
   check_n_k(p.n, p.k, fn);
   FG_EXPECT(p.num_groups >= 1 && p.num_groups <= kMaxGroups, fn,
          detail::concat("the number of groups must be in [1, ", kMaxGroups, "], got ", p.num_groups));
-  if (p.kind == GemmKind::kGroupedMasked) {
+  if (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) {
     FG_EXPECT(p.m >= 1, fn, detail::concat("expected_m must be >= 1, got ", p.m));
   }
   FG_EXPECT(p.d_dtype == DType::kBFloat16 || p.d_dtype == DType::kFloat32, fn,
@@ -292,6 +293,32 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
   return c;
 }
 
+GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                                  const TensorView& d, const TensorView& group_ends, int expected_m) {
+  const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum";
+  expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
+  expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
+  expect_tensor(group_ends, fn, "group_ends", DType::kInt32, 1);
+  GemmCall c;
+  c.kind = GemmKind::kGroupedContiguousPsum;
+  check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
+  check_activations_2d(a, sa, d, fn, "[M_sum, ceil(K/128)]", c);
+  check_sb(sb, c.num_groups, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, true);
+  FG_EXPECT(group_ends.shape[0] == c.num_groups && (group_ends.strides[0] == 1 || c.num_groups == 1), fn,
+            detail::concat("group_ends must be a contiguous int32 [G] holding the end row of each of B's G=",
+                           c.num_groups, " groups, got ", group_ends.describe()));
+  expect_aligned(group_ends.data, 4, fn, "group_ends");
+  FG_EXPECT(expected_m >= 0, fn,
+            detail::concat("expected_m must be >= 0 (a hint of the typical rows per group; 0: M_sum / G), got ",
+                           expected_m));
+  // No hint: the rows spread evenly over the groups.
+  c.expected_m = expected_m > 0 ? expected_m : std::max<int64_t>(1, ceil_div(c.rows, c.num_groups));
+  c.b = b.data;
+  c.sb = sb.data;
+  c.layout = group_ends.data;
+  return c;
+}
+
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d, const TensorView& masked_m, int expected_m) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_masked";
@@ -367,8 +394,8 @@ void check_device_pointers(const GemmCall& c, int device) {
   const struct {
     const void* ptr;
     const char* name;
-  } tensors[] = {{c.a, "A"},         {c.sa, "SA"}, {c.b, "B"}, {c.sb, "SB"}, {c.d, "D"},
-                 {c.layout, "m_indices/masked_m"}, {c.c, "C"}};
+  } tensors[] = {{c.a, "A"},   {c.sa, "SA"}, {c.b, "B"},
+                 {c.sb, "SB"}, {c.d, "D"},   {c.layout, "m_indices/masked_m/group_ends"}, {c.c, "C"}};
   for (const auto& t : tensors)
     if (t.ptr != nullptr) check_device_pointer(t.ptr, t.name, device, "gemm");
 }

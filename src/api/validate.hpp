@@ -8,11 +8,11 @@ namespace finegemm {
 /// A validated call, normalised to the 2D views the kernel uses.
 struct GemmCall {
   GemmKind kind = GemmKind::kNormal;
-  int64_t rows = 0;     ///< M (normal), M_sum (contiguous), M_max (masked)
+  int64_t rows = 0;     ///< M (normal), M_sum (contiguous, psum), M_max (masked)
   int64_t a_rows = 0;   ///< rows of the 2D views of A and D: M, M_sum, G * M_max
   int64_t n = 0, k = 0;
   int num_groups = 1;
-  int64_t expected_m = 0;
+  int64_t expected_m = 0;  ///< masked, psum: the hint of rows per group
   bool sa_k_major = false;
   int64_t lda = 0;      ///< bytes between rows of A
   int64_t ld_sa = 0;    ///< K-major: elements between rows; MN-major: elements between K blocks (M_pad)
@@ -22,7 +22,7 @@ struct GemmCall {
   const void* b = nullptr;
   const void* sb = nullptr;
   void* d = nullptr;
-  const void* layout = nullptr;  ///< m_indices or masked_m
+  const void* layout = nullptr;  ///< m_indices, masked_m or group ends
   // The general dense form (gemm_fp8_fp8_nt)
   bool sb_per_row = false;  ///< SB [N, KB] MN-major (1x128 blocks of B), row stride ld_sb
   int64_t ld_sb = 0;        ///< sb_per_row: elements between K blocks (N_pad)
@@ -37,6 +37,8 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
                         const TensorView& d, const TensorView* c);
 GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                              const TensorView& d, const TensorView& m_indices);
+GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                                  const TensorView& d, const TensorView& group_ends, int expected_m);
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d, const TensorView& masked_m, int expected_m);
 

@@ -87,8 +87,17 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// Rows per group the tiles are counted over.
 int64_t rows_for_tiles(const Problem& p) { return p.m; }
 
-/// Groups whose tiles the kernel walks one after another (masked: every group; dense and contiguous: one 2D view).
-int tiled_groups(const Problem& p) { return p.kind == GemmKind::kGroupedMasked ? p.num_groups : 1; }
+/// Groups whose tiles the kernel walks one after another (masked and psum: every group, p.m rows each; dense and
+/// contiguous: one 2D view of p.m rows).
+int tiled_groups(const Problem& p) {
+  return p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum ? p.num_groups : 1;
+}
+
+/// The contiguous layout's policies (the 256-row tiles' K rule, B's L2 hint) hold for its psum form too: the same
+/// rows and experts, only given by group ends.
+bool contiguous_layout(const Problem& p) {
+  return p.kind == GemmKind::kGroupedContiguous || p.kind == GemmKind::kGroupedContiguousPsum;
+}
 
 /// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
 /// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3; 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2;
@@ -314,7 +323,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
                           "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
                           "saves";
-        } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
+        } else if (block_m == 256 && contiguous_layout(p) && p.k < kBlockM256MinKContiguous &&
                    !forced_256) {
           cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
                           "slower than 128-row tiles, equal experts or not";
@@ -424,7 +433,8 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
   switch (p.kind) {
     case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
     case GemmKind::kGroupedMasked: return ceil_div(p.m_max, c.block_m) <= kEvictFirstMaxRowBlocks;
-    case GemmKind::kGroupedContiguous: return false;  // experts hold many row blocks each
+    case GemmKind::kGroupedContiguous:
+    case GemmKind::kGroupedContiguousPsum: return false;  // experts hold many row blocks each
   }
   return false;
 }

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 #include <atomic>
+#include <climits>
 #include <mutex>
 
 #include "finegemm/finegemm.hpp"
@@ -433,6 +435,146 @@ TEST_F(Gpu, DeviceSideBadDataIsSkippedAndFlagged) {
   }
   fg::reset_device_error_flags();
   EXPECT_EQ(fg::device_error_flags(), 0u);
+}
+
+// The psum layout (each group's end row; DeepEP v2, training): random rows per group with empty groups, rows past a
+// group's end and before the next group's start left untouched (poisoned, checked by check_output), tiles of 64, 128
+// and 256 rows among the configurations the shapes pick, both SA layouts.
+TEST_F(Gpu, GroupedContiguousPsum) {
+  struct Case {
+    int groups;
+    int64_t expected, n, k;
+  };
+  const Case cases[] = {{1, 300, 2112, 576},  {2, 700, 576, 7168},  {8, 256, 4096, 2048},
+                        {32, 130, 2112, 576}, {256, 40, 576, 512},  {4, 4000, 4096, 7168}};
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(shape(GemmKind::kGroupedContiguousPsum, c.groups, c.expected, c.n, c.k));
+  precompile(shapes);
+  std::mt19937 rng(17);
+  std::set<std::string> configs;
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(2900 + i++);
+      for (int e = 0; e < s.groups; ++e) {
+        std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
+        opt.expert_rows.push_back(s.groups > 1 && e % 5 == 1 ? 0 : int(dist(rng)));
+      }
+      ft::GemmProblem p(s, opt);
+      fg::reset_device_error_flags();
+      const ft::Verdict v = run_and_check(p, k_major);
+      const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
+      configs.insert(config.substr(0, config.find(' ')));
+      std::printf("[psum] %-40s SA %-8s %s | %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
+                  v.summary.c_str(), config.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+      EXPECT_EQ(fg::device_error_flags(), 0u) << s.describe();
+    }
+  EXPECT_EQ(configs, (std::set<std::string>{"BM=64", "BM=128", "BM=256"}));
+}
+
+// One graph, replayed with new group ends written to the device between replays (the host never reads them): each
+// replay computes the new groups and leaves every other row untouched.
+TEST_F(Gpu, PsumGraphReplayWithNewEnds) {
+  const auto s = shape(GemmKind::kGroupedContiguousPsum, 4, 512, 2112, 2048);
+  ft::ProblemOptions opt;
+  opt.seed = 79;
+  opt.expert_rows = {512, 512, 512, 512};  // worst case M_sum = 2048
+  ft::GemmProblem p(s, opt);
+  p.run(true, stream_);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const cudaGraphExec_t exec = capture(stream_, [&] { p.run(true, stream_); });
+  const std::vector<std::vector<int32_t>> ends = {{100, 128, 428, 1024}, {0, 0, 0, 1}, {512, 1024, 1536, 2048},
+                                                  {5, 133, 384, 385}};
+  for (const auto& e : ends) {
+    p.set_layout(e, stream_);
+    p.poison_output(stream_);
+    fg::reset_device_error_flags();
+    FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), p.download_output());
+    EXPECT_TRUE(v.ok) << "ends {" << e[0] << "," << e[1] << "," << e[2] << "," << e[3] << "}: " << v.summary;
+    EXPECT_EQ(fg::device_error_flags(), 0u);
+  }
+  cudaGraphExecDestroy(exec);
+}
+
+// Invalid group ends: below the group's start (the previous end rounded up to 128), negative, past M_sum. The kernel
+// keeps each group's rows that exist (tools' GemmProblem clamps its reference the same way), writes nothing else, and
+// raises kDeviceErrorGroupEndInvalid.
+TEST_F(Gpu, PsumInvalidEndsAreClampedAndFlagged) {
+  const auto s = shape(GemmKind::kGroupedContiguousPsum, 4, 128, 576, 256);
+  ft::ProblemOptions opt;
+  opt.seed = 13;
+  opt.expert_rows = {128, 128, 128, 128};  // M_sum = 512
+  ft::GemmProblem p(s, opt);
+  const std::vector<std::vector<int32_t>> bad = {{100, 50, 300, 400},  {-7, 200, 300, 512},  {100, 10000, 0, 0},
+                                                 {600, 700, 800, 900}, {300, 200, 400, 401}, {INT32_MIN, 0, 0, INT32_MAX}};
+  for (const auto& e : bad) {
+    p.set_layout(e, stream_);
+    fg::reset_device_error_flags();
+    const ft::Verdict v = run_and_check(p, false);
+    EXPECT_TRUE(v.ok) << "ends {" << e[0] << "," << e[1] << "," << e[2] << "," << e[3] << "}: " << v.summary;
+    EXPECT_EQ(fg::device_error_flags(), uint32_t(fg::kDeviceErrorGroupEndInvalid))
+        << "ends {" << e[0] << "," << e[1] << "," << e[2] << "," << e[3] << "}";
+  }
+  fg::reset_device_error_flags();
+}
+
+// Contiguous layout, a block where expert 0 ends (rows 100..127 padding): a padding row given expert 1's id instead of
+// -1 is left untouched and raises kDeviceErrorExpertIdInconsistent; the rest of the output is right. (The device
+// layout is overwritten directly, so the problem's reference still takes the row for padding.)
+TEST_F(Gpu, ContiguousInconsistentExpertIdIsFlagged) {
+  for (int64_t k : {256, 7168}) {  // 128-row and 256-row tiles
+    const auto s = shape(GemmKind::kGroupedContiguous, 2, 1000, 4096, k);
+    ft::ProblemOptions opt;
+    opt.seed = 14;
+    opt.expert_rows = {100, 4000};
+    ft::GemmProblem p(s, opt);
+    std::vector<int32_t> idx = p.layout();
+    ASSERT_EQ(idx[110], -1);
+    idx[110] = 1;
+    FG_CUDA_CHECK(cudaMemcpy(p.layout_buffer.get(), idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    fg::reset_device_error_flags();
+    const ft::Verdict v = run_and_check(p, false);
+    EXPECT_TRUE(v.ok) << "K=" << k << ": " << v.summary;
+    EXPECT_EQ(fg::device_error_flags(), uint32_t(fg::kDeviceErrorExpertIdInconsistent)) << "K=" << k;
+    // A consistent layout raises nothing.
+    FG_CUDA_CHECK(cudaMemcpy(p.layout_buffer.get(), p.layout().data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    fg::reset_device_error_flags();
+    const ft::Verdict clean = run_and_check(p, false);
+    EXPECT_TRUE(clean.ok) << clean.summary;
+    EXPECT_EQ(fg::device_error_flags(), 0u) << "K=" << k;
+  }
+}
+
+// Bad arguments of the psum call are rejected before anything is enqueued: the output keeps its poison.
+TEST_F(Gpu, PsumBadArgumentsLeaveTheOutputUntouched) {
+  const auto s = shape(GemmKind::kGroupedContiguousPsum, 4, 128, 576, 256);
+  ft::ProblemOptions opt;
+  opt.seed = 15;
+  ft::GemmProblem p(s, opt);
+  p.poison_output(stream_);
+  const int64_t rows = p.rows(), kb = p.kb(), nb = p.nb();
+  const auto view = [](ft::DeviceBuffer& b, fg::DType t, std::initializer_list<int64_t> shape) {
+    return fg::TensorView::contiguous(b.get(), t, shape);
+  };
+  const fg::TensorView a = view(p.a, fg::DType::kFloat8E4M3, {rows, s.k});
+  const fg::TensorView sa = view(p.sa_k_major, fg::DType::kFloat32, {rows, kb});
+  const fg::TensorView b = view(p.b, fg::DType::kFloat8E4M3, {4, s.n, s.k});
+  const fg::TensorView sb = view(p.sb, fg::DType::kFloat32, {4, nb, kb});
+  const fg::TensorView d = view(p.d, fg::DType::kBFloat16, {rows, s.n});
+  const fg::TensorView ends_short = view(p.layout_buffer, fg::DType::kInt32, {3});
+  const fg::TensorView ends_float = view(p.layout_buffer, fg::DType::kFloat32, {4});
+  const auto st = reinterpret_cast<fg::Stream>(stream_);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_short, 128, st), fg::Error);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_float, 128, st), fg::Error);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(
+                   a, sa, b, sb, d, view(p.layout_buffer, fg::DType::kInt32, {4}), -1, st),
+               fg::Error);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (uint16_t x : p.download_output()) ASSERT_EQ(x, ft::GemmProblem::kPoison);
 }
 
 TEST_F(Gpu, HostOverheadOfAWarmCall) {

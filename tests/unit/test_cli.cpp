@@ -114,10 +114,10 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"bench --iters 5 --iters 6", "finegemm bench: --iters given twice"},
       {"bench --flush fast", "finegemm bench: --flush takes one of memset, read, none, got 'fast'"},
       {"bench --kinds normal,dense",
-       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, got "
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, got "
        "'normal,dense'"},
       {"bench --kinds normal,normal",
-       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, got "
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, got "
        "'normal,normal'"},
       {"bench --shapes " + (inputs / "missing.csv").string(),
        "finegemm bench: --shapes takes an existing file, got '" + (inputs / "missing.csv").string() + "'"},
@@ -160,7 +160,7 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"warmup --n 576,x --k 512",
        "finegemm warmup: --n takes a comma list of distinct integers in 1..2147483648, got '576,x'"},
       {"warmup --n 576 --k 512 --kind dense",
-       "finegemm warmup: --kind takes one of normal, contiguous, masked, got 'dense'"},
+       "finegemm warmup: --kind takes one of normal, contiguous, masked, psum, got 'dense'"},
       {"warmup --n 576 --k 512 --groups 4", "finegemm warmup: --groups takes 1 with --kind normal, got '4'"},
       {"warmup --shapes " + shapes + " --n 576 --k 512",
        "finegemm warmup: --shapes and --n/--k are alternatives, got both"},
@@ -355,7 +355,7 @@ TEST(Shapes, MalformedLinesAreRejectedWithTheirLineNumber) {
     const char* message;
   } cases[] = {
       {"kind,groups,m,n,k\nnormal,1,64,576\n", "f.csv:2: expected kind,groups,m,n,k"},
-      {"kind,groups,m,n,k\n# note\ndense,1,64,576,256\n", "f.csv:3: kind must be normal, contiguous or masked"},
+      {"kind,groups,m,n,k\n# note\ndense,1,64,576,256\n", "f.csv:3: kind must be normal, contiguous, masked or psum"},
       {"normal,1,-64,576,256\n", "f.csv:1: expected a non-negative integer, got '-64'"},
       {"masked,0,64,576,256\n", "f.csv:1: groups must be in 1..65536"},
       {"normal,2,64,576,256\n", "f.csv:1: normal GEMMs have groups=1"},

@@ -130,6 +130,36 @@ TEST(Heuristics, MaskedAndContiguousPickLegalConfigs) {
   EXPECT_EQ(contiguous.split_k, 1);
 }
 
+TEST(Heuristics, PsumCountsTheTilesOfEachGroupAndKeepsTheContiguousPolicies) {
+  // The psum layout's problem: `m` rows expected per group, each group's rows starting on a 128-row boundary, so
+  // each group has its own row blocks.
+  Problem p;
+  p.kind = GemmKind::kGroupedContiguousPsum;
+  p.num_groups = 8;
+  p.m = 1000;
+  p.n = 4096;
+  p.k = 7168;
+  const auto c = fh::select_config(p, 132);
+  EXPECT_EQ(c.kind, GemmKind::kGroupedContiguousPsum);
+  EXPECT_NE(c.kernel_function().find("sm90_fp8_gemm_kernel<3, 4096u, 7168u, "), std::string::npos)
+      << c.kernel_function();
+  EXPECT_EQ(c.num_tiles, 8 * ((1000 + c.block_m - 1) / c.block_m) * ((4096 + c.block_n - 1) / c.block_n));
+  EXPECT_EQ(c.split_k, 1);
+  EXPECT_EQ(c.grid, 132) << "grouped kernels keep every SM";
+  EXPECT_FALSE(c.b_evict_first) << "experts hold many row blocks each (the contiguous policy)";
+  // The contiguous layout's K rule for 256-row tiles.
+  p.k = 2048;
+  for (const auto& cand : fh::enumerate_candidates(p, 132))
+    if (cand.config.block_m == 256 && cand.config.block_n == 128 && cand.config.split_k == 1) {
+      EXPECT_NE(cand.rejected.find("contiguous layout needs K >= 4096"), std::string::npos) << cand.rejected;
+    }
+  // Few rows per group: tiles of 64 rows, one block per group.
+  p.m = 40;
+  const auto small = fh::select_config(p, 132);
+  EXPECT_EQ(small.block_m, 64);
+  EXPECT_EQ(small.num_tiles, 8 * ((4096 + small.block_n - 1) / small.block_n));
+}
+
 TEST(Heuristics, NarrowStoreSlabsCostMoreWhereTheOutputDominates) {
   // 512x32768x512 writes twice B's bytes: BLOCK_N=144 (32-byte store rows) measured 27.5 us against 23.3 for 128 on
   // an H100, so 144's fewer waves no longer win it.

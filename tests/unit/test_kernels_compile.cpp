@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -373,27 +374,29 @@ TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
   // 0, 157 without): allowed on top for that tile.
   constexpr size_t kLane0SbInstructions = 8;
   const std::vector<std::pair<int, int>> tiles = {{128, 192}, {256, 128}};
+  const GemmKind kinds[] = {GemmKind::kNormal, GemmKind::kGroupedContiguous, GemmKind::kGroupedMasked,
+                            GemmKind::kGroupedContiguousPsum};
+  constexpr size_t kNumKinds = std::size(kinds);
   std::vector<std::string> names;
   for (const auto& [bm, bn] : tiles)
-    for (GemmKind kind : {GemmKind::kNormal, GemmKind::kGroupedContiguous, GemmKind::kGroupedMasked})
-      names.push_back(kernel_of(kind, bm, bn, bm == 128 ? 2048 : 7168, bm == 128 ? 4 : 3));
+    for (GemmKind kind : kinds) names.push_back(kernel_of(kind, bm, bn, bm == 128 ? 2048 : 7168, bm == 128 ? 4 : 3));
   const auto binaries = compile_all(names);
   ASSERT_FALSE(HasFailure());
   const std::string nvdisasm = finegemm::test::find_nvdisasm();
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
   for (size_t t = 0; t < tiles.size(); ++t) {
-    const auto dense = k_loops_by_wgmmas(finegemm::test::disassemble(binaries[t * 3]->cubin, nvdisasm));
+    const auto dense = k_loops_by_wgmmas(finegemm::test::disassemble(binaries[t * kNumKinds]->cubin, nvdisasm));
     // 4 wgmmas (m64nNk32) per wave and K block; 128x192 kernels run two half batches of 4 (8 in all).
     const std::vector<size_t> expected_counts =
         tiles[t].first == 256 ? std::vector<size_t>{4, 8} : std::vector<size_t>{8};
-    for (size_t g = 0; g < 3; ++g) {
-      const auto loops =
-          g == 0 ? dense : k_loops_by_wgmmas(finegemm::test::disassemble(binaries[t * 3 + g]->cubin, nvdisasm));
+    for (size_t g = 0; g < kNumKinds; ++g) {
+      const size_t i = t * kNumKinds + g;
+      const auto loops = g == 0 ? dense : k_loops_by_wgmmas(finegemm::test::disassemble(binaries[i]->cubin, nvdisasm));
       for (size_t count : expected_counts) {
-        ASSERT_EQ(loops.count(count), 1u) << names[t * 3 + g] << ": no K loop of " << count << " wgmmas";
+        ASSERT_EQ(loops.count(count), 1u) << names[i] << ": no K loop of " << count << " wgmmas";
         const size_t sb_read = g > 0 && tiles[t].first == 128 ? kLane0SbInstructions : 0;
         EXPECT_LE(loops.at(count), dense.at(count) + 6 + sb_read)
-            << names[t * 3 + g] << ", " << count << " wgmmas (dense: " << dense.at(count) << ")";
+            << names[i] << ", " << count << " wgmmas (dense: " << dense.at(count) << ")";
       }
     }
   }
@@ -483,5 +486,48 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
     // D += A x B^T: the tile is reduced into D by TMA (UTMAREDG), C other than D is loaded by TMA into the tile.
     if (add_to_d)
       EXPECT_NE(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": no TMA reduction";
+  });
+}
+
+// The psum layout's kernels (each group's rows from its end row): every tile height the heuristic picks for it, both
+// SA layouts, no spills or serialized wgmmas, and griddepcontrol.wait before the first global access (the group ends
+// are read on the device, after the previous kernel).
+TEST(KernelsCompile, PsumKernelsCompileWithoutSpills) {
+  std::set<std::string> functions;
+  struct Shape {
+    int groups;
+    int64_t m, n, k;
+  };
+  // Prefill / training shapes (DeepSeek-V3's experts, N and K of both GEMMs) and decode-like few rows per group.
+  for (const Shape& s : {Shape{4, 8192, 4096, 7168}, Shape{8, 4096, 7168, 2048}, Shape{32, 256, 4096, 7168},
+                         Shape{64, 40, 7168, 2048}, Shape{8, 1000, 576, 7168}})
+    for (bool k_major : {false, true}) {
+      Problem p;
+      p.kind = GemmKind::kGroupedContiguousPsum;
+      p.num_groups = s.groups;
+      p.m = s.m;
+      p.n = s.n;
+      p.k = s.k;
+      p.sa_k_major = k_major;
+      functions.insert(finegemm::heuristics::select_config(p, 132).kernel_function());
+    }
+  std::set<int> block_ms;
+  std::vector<std::string> names(functions.begin(), functions.end());
+  for (const auto& name : names) {
+    EXPECT_NE(name.find("sm90_fp8_gemm_kernel<3, "), std::string::npos) << name;
+    std::stringstream args(name.substr(name.find('<') + 1));  // kind, N, K, BLOCK_M, ...
+    std::string arg;
+    for (int i = 0; i < 4; ++i) std::getline(args, arg, ',');
+    block_ms.insert(std::stoi(arg));
+  }
+  EXPECT_GE(block_ms.size(), 2u) << "the shapes should pick more than one tile height";
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
+    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+    const size_t wait = sass.find("ACQBULK");
+    ASSERT_NE(wait, std::string::npos) << names[i];
+    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
+      EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
   });
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -408,4 +409,191 @@ TEST(Scheduler, MaskedClampsAndFlagsRowsAboveMmax) {
   while (s.next(t)) ++tiles;
   EXPECT_EQ(tiles, 2);  // 256 rows, not 300
   EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorMaskedMTooLarge));
+}
+
+namespace {
+
+/// The rows of each group of a psum layout, row by row: group g holds [align(e[g-1], 128), e[g]) of the `rows` that
+/// exist, where e is the end as the kernel clamps it (an end below the group's start: the start; past `rows`: `rows`).
+/// -1: a row of no group. Also says whether some end was invalid (below its start, or past `rows` with rows to hold).
+std::vector<int> psum_row_groups(const std::vector<int32_t>& ends, int rows, bool* invalid) {
+  std::vector<int> out(size_t(rows), -1);
+  int64_t start = 0;
+  *invalid = false;
+  for (size_t g = 0; g < ends.size(); ++g) {
+    int64_t end = ends[g];
+    if (end < start) {
+      *invalid = true;
+      end = start;
+    } else if (end > rows && end > start) {
+      *invalid = true;
+      end = std::max<int64_t>(rows, start);
+    }
+    for (int64_t r = start; r < std::min<int64_t>(end, rows); ++r) out[size_t(r)] = int(g);
+    start = (end + 127) / 128 * 128;
+  }
+  return out;
+}
+
+/// DeepEP v2's psum layout of experts with these row counts: each end is the previous end rounded up to 128, plus the
+/// expert's rows (an empty expert's end is its start).
+std::vector<int32_t> psum_ends(const std::vector<int>& counts) {
+  std::vector<int32_t> ends;
+  int32_t start = 0;
+  for (int c : counts) {
+    ends.push_back(start + c);
+    start = (ends.back() + 127) / 128 * 128;
+  }
+  return ends;
+}
+
+/// Walks every CTA of a psum kernel of BM x BN tiles over NB n-blocks and checks that each row of each group is in
+/// exactly one tile per n-block, as that group's row; that no tile holds a row of no group, reaches past the group's
+/// end or past `rows`; and that next() and the candidate walk (which the math and scale warps use) agree, with no
+/// candidate without work. Sets `bits` to the error bits of the walks (the same in every CTA).
+template <int BM, int BN, int NB>
+void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, uint32_t* bits) {
+  bool invalid = false;
+  const std::vector<int> row_group = psum_row_groups(ends, rows, &invalid);
+  const int groups = int(ends.size());
+  std::vector<int> covered(size_t(rows) * NB, 0);
+  std::set<uint32_t> error_bits;
+  int num_tiles = 0;
+  for (int cta = 0; cta < num_ctas; ++cta) {
+    fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB> by_next(rows, groups, ends.data(), cta,
+                                                                                 num_ctas);
+    fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB> by_candidate(rows, groups, ends.data(), cta,
+                                                                                      num_ctas);
+    fd::Tile t, c;
+    int last_group = -1;
+    while (by_next.next(t)) {
+      bool has_work = false;
+      EXPECT_TRUE(by_candidate.next_candidate(c, has_work));
+      EXPECT_TRUE(has_work) << "a psum candidate without work";
+      EXPECT_EQ(c.row_base, t.row_base);
+      EXPECT_EQ(c.n_block, t.n_block);
+      EXPECT_EQ(c.group, t.group);
+      EXPECT_EQ(c.row_limit, t.row_limit);
+      ++num_tiles;
+      EXPECT_GE(t.group, last_group) << "a CTA's groups only move forward";
+      last_group = t.group;
+      EXPECT_FALSE(t.check_rows);
+      EXPECT_FALSE(t.wide);
+      EXPECT_EQ(t.first_row, 0);
+      EXPECT_EQ(t.compute_rows, t.row_limit);
+      EXPECT_GT(t.row_limit, 0);
+      EXPECT_LE(t.row_limit, BM);
+      EXPECT_EQ(t.row_base % 64, 0) << "a tile starts on a 64-row boundary (TMA boxes of SA: 16-byte aligned)";
+      ASSERT_GE(t.row_base, 0);
+      ASSERT_LE(t.row_base + t.row_limit, rows) << "a tile writes past M_sum";
+      ASSERT_LT(t.n_block, NB);
+      ASSERT_GE(t.group, 0);
+      ASSERT_LT(t.group, groups);
+      for (int r = t.row_base; r < t.row_base + t.row_limit; ++r) {
+        ASSERT_EQ(row_group[size_t(r)], t.group) << "row " << r << " is not group " << t.group << "'s";
+        ++covered[size_t(r) * NB + size_t(t.n_block)];
+      }
+    }
+    bool has_work = true;
+    EXPECT_FALSE(by_candidate.next_candidate(c, has_work));
+    EXPECT_EQ(by_next.error_bits, by_candidate.error_bits);
+    error_bits.insert(by_next.error_bits);
+  }
+  for (int r = 0; r < rows; ++r)
+    for (int n = 0; n < NB; ++n)
+      EXPECT_EQ(covered[size_t(r) * NB + size_t(n)], row_group[size_t(r)] >= 0 ? 1 : 0) << "row " << r << " n " << n;
+  // Only the blocks of the groups' rows are tiles: padding costs no candidate.
+  int expected_tiles = 0;
+  for (int g = 0; g < groups; ++g)
+    expected_tiles += int((std::count(row_group.begin(), row_group.end(), g) + BM - 1) / BM) * NB;
+  EXPECT_EQ(num_tiles, expected_tiles);
+  EXPECT_EQ(error_bits.size(), 1u) << "every CTA walks every group";
+  *bits = *error_bits.begin();
+  EXPECT_EQ(*bits, invalid ? uint32_t(fd::kErrorGroupEndInvalid) : 0u);
+}
+
+/// check_psum with 64-, 128- and 256-row tiles; the error bits, which must be the same for the three.
+template <int NB>
+uint32_t check_psum_all_tiles(const std::vector<int32_t>& ends, int rows, int num_ctas) {
+  uint32_t bits64 = ~0u, bits128 = ~0u, bits256 = ~0u;
+  check_psum<64, 32, NB>(ends, rows, num_ctas, &bits64);
+  check_psum<128, 192, NB>(ends, rows, num_ctas, &bits128);
+  check_psum<256, 128, NB>(ends, rows, num_ctas, &bits256);
+  EXPECT_EQ(bits128, bits64);
+  EXPECT_EQ(bits256, bits64);
+  return bits64;
+}
+
+}  // namespace
+
+TEST(Scheduler, PsumCoversEveryRowOfEveryGroupOnceAndSkipsPadding) {
+  // DeepEP v2's layouts: empty groups (an end at its start), a group ending on a 128-row boundary, groups of one row,
+  // a last group ending before M_sum (a worst-case allocation's unused tail), router-like sizes, many experts.
+  std::vector<int> many(256);
+  for (size_t e = 0; e < many.size(); ++e) many[e] = int(e * 37 % 300);
+  for (const std::vector<int>& counts :
+       {std::vector<int>{100, 0, 300, 128, 250}, std::vector<int>{256, 1, 129, 512}, std::vector<int>{0, 0, 5},
+        std::vector<int>{0}, std::vector<int>{1}, router_counts(12345), router_counts(99), many}) {
+    const std::vector<int32_t> ends = psum_ends(counts);
+    const int used = (ends.back() + 127) / 128 * 128;
+    for (int rows : {std::max(ends.back(), 1), used + 384}) {
+      for (int ctas : {1, 3, 132}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " ctas " + std::to_string(ctas) + " groups " +
+                     std::to_string(ends.size()));
+        EXPECT_EQ((check_psum_all_tiles<3>(ends, rows, ctas)), 0u);
+        EXPECT_EQ((check_psum_all_tiles<17>(ends, rows, ctas)), 0u);
+      }
+    }
+  }
+}
+
+TEST(Scheduler, PsumTilesOfAGroupAreRasterizedInBands) {
+  // One group of 32 blocks of 128 rows over 56 n-blocks: the first wave of 132 CTAs touches one band of B.
+  const std::vector<int32_t> ends = {4096};
+  std::set<int> n_blocks;
+  for (int cta = 0; cta < 132; ++cta) {
+    fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, 128, 128, 56> s(4096, 1, ends.data(), cta, 132);
+    fd::Tile t;
+    ASSERT_TRUE(s.next(t));
+    n_blocks.insert(t.n_block);
+    EXPECT_EQ(t.row_base, (cta % (32 * 16)) / 16 * 128);
+  }
+  EXPECT_LE(n_blocks.size(), size_t(fd::kDefaultRasterBand));
+}
+
+TEST(Scheduler, PsumInvalidEndsAreClampedFlaggedAndNeverOutOfBounds) {
+  // Ends below the group's start (the previous end rounded up to 128; negative ones too), past M_sum, and extreme
+  // values: the group keeps the rows that exist, no tile leaves [0, M_sum), and kErrorGroupEndInvalid is raised.
+  const int32_t kMin = std::numeric_limits<int32_t>::min(), kMax = std::numeric_limits<int32_t>::max();
+  const std::vector<std::vector<int32_t>> bad = {
+      {100, 50},            // below the second group's start (128)
+      {100, 100, 300},      // an empty group must end at its start (128), not at the previous end
+      {-5, 300},            // negative
+      {kMin, 200},          // the most negative end
+      {100, 10000},         // past M_sum
+      {kMax},               // the largest end
+      {600, 700},           // the first group past M_sum (512), the second starting beyond it
+      {300, 200, 400},      // decreasing
+  };
+  for (const auto& ends : bad) {
+    SCOPED_TRACE("ends " + std::to_string(ends[0]) + ", ...");
+    for (int ctas : {1, 3, 132}) EXPECT_EQ((check_psum_all_tiles<5>(ends, 512, ctas)), uint32_t(fd::kErrorGroupEndInvalid));
+  }
+  // Valid: empty groups at the aligned start past M_sum (their end is their start), a last group ending at M_sum.
+  for (const std::vector<int32_t>& ends : {std::vector<int32_t>{300, 384, 384}, std::vector<int32_t>{512},
+                                           std::vector<int32_t>{0, 0, 0}, std::vector<int32_t>{128, 256, 256, 300}})
+    EXPECT_EQ((check_psum_all_tiles<5>(ends, 300 + 212 * (ends.back() == 512), 7)), 0u);
+}
+
+TEST(Scheduler, PsumGroupsAfterTheLastAreNotRead) {
+  // The walk reads group_ends[0 .. G) only: the entry after the last group (here an end that would hold rows) is never
+  // taken for a group.
+  const std::vector<int32_t> ends_and_beyond = {100, 300, 1000};
+  fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, 128, 64, 2> s(1024, 2, ends_and_beyond.data(), 0, 1);
+  fd::Tile t;
+  int tiles = 0, last_row = 0;
+  while (s.next(t)) ++tiles, last_row = std::max(last_row, t.row_base + t.row_limit);
+  EXPECT_EQ(tiles, (1 + 2) * 2);  // group 0: one block; group 1 (rows 128-299): two
+  EXPECT_EQ(last_row, 300);
+  EXPECT_EQ(s.error_bits, 0u);
 }

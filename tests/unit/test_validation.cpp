@@ -213,3 +213,101 @@ TEST(Validation, TmaAlignedSize) {
   EXPECT_EQ(finegemm::get_tma_aligned_size(7, 2), 8);
   EXPECT_EQ(finegemm::get_m_alignment_for_contiguous_layout(), 128);
 }
+
+namespace {
+
+/// A psum call: 4 groups, M_sum = 512 rows.
+struct Psum {
+  int64_t g = 4, rows = 512, n = 256, k = 512;
+  TensorView a = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {512, 512});
+  TensorView sa = TensorView::strided(addr(0x20000), DType::kFloat32, {512, 4}, {1, 512});
+  TensorView b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {4, 256, 512});
+  TensorView sb = TensorView::contiguous(addr(0x40000), DType::kFloat32, {4, 2, 4});
+  TensorView d = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {512, 256});
+  TensorView ends = TensorView::contiguous(addr(0x60000), DType::kInt32, {4});
+  int expected_m = 100;
+  void call() const {
+    finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, expected_m);
+  }
+};
+
+}  // namespace
+
+TEST(Validation, PsumBadInputs) {
+  struct Row {
+    const char* name;
+    std::function<void(Psum&)> mutate;
+    Error::Kind kind;
+    const char* needle;
+  };
+  const std::vector<Row> rows = {
+      {"ends dtype", [](Psum& p) { p.ends.dtype = DType::kFloat32; }, Error::Kind::kTypeMismatch,
+       "group_ends must be int32"},
+      {"ends rank", [](Psum& p) { p.ends = TensorView::contiguous(addr(0x60000), DType::kInt32, {4, 1}); },
+       Error::Kind::kInvalidArgument, "group_ends must have rank 1"},
+      {"ends shape", [](Psum& p) { p.ends.shape[0] = 3; }, Error::Kind::kInvalidArgument,
+       "group_ends must be a contiguous int32 [G] holding the end row of each of B's G=4 groups"},
+      {"ends as m_indices", [](Psum& p) { p.ends.shape[0] = 512; }, Error::Kind::kInvalidArgument,
+       "group_ends must be a contiguous int32 [G]"},
+      {"ends strided", [](Psum& p) { p.ends.strides[0] = 2; }, Error::Kind::kInvalidArgument,
+       "group_ends must be a contiguous int32 [G]"},
+      {"ends misaligned", [](Psum& p) { p.ends.data = addr(0x60002); }, Error::Kind::kInvalidArgument,
+       "group_ends must be 4-byte aligned"},
+      {"ends null", [](Psum& p) { p.ends.data = nullptr; }, Error::Kind::kInvalidArgument,
+       "group_ends is a null pointer"},
+      {"negative expected_m", [](Psum& p) { p.expected_m = -1; }, Error::Kind::kInvalidArgument,
+       "expected_m must be >= 0"},
+      {"SB groups", [](Psum& p) { p.sb.shape[0] = 3; }, Error::Kind::kInvalidArgument, "SB must have shape"},
+      {"A dtype", [](Psum& p) { p.a.dtype = DType::kBFloat16; }, Error::Kind::kTypeMismatch,
+       "A must be float8_e4m3fn"},
+      {"A 3D", [](Psum& p) { p.a = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {4, 128, 512}); },
+       Error::Kind::kInvalidArgument, "A must have rank 2"},
+      {"D rows", [](Psum& p) { p.d.shape[0] = 500; }, Error::Kind::kInvalidArgument, "D must have shape"},
+      {"SA rows", [](Psum& p) { p.sa.shape[0] = 500; }, Error::Kind::kInvalidArgument, "SA must have shape"},
+      {"K mismatch", [](Psum& p) { p.b.shape[2] = 256; p.b.strides[1] = 256; p.b.strides[0] = 256 * 256; },
+       Error::Kind::kInvalidArgument, "share K"},
+  };
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.name);
+    Psum p;
+    row.mutate(p);
+    expect_error([&] { p.call(); }, row.kind, row.needle);
+  }
+}
+
+TEST(Validation, PsumCallAndItsProblem) {
+  Psum p;
+  finegemm::GemmCall c = finegemm::validate_contiguous_psum(p.a, p.sa, p.b, p.sb, p.d, p.ends, 100);
+  EXPECT_EQ(c.kind, finegemm::GemmKind::kGroupedContiguousPsum);
+  EXPECT_EQ(c.rows, 512);
+  EXPECT_EQ(c.a_rows, 512);
+  EXPECT_EQ(c.num_groups, 4);
+  EXPECT_EQ(c.expected_m, 100);
+  EXPECT_EQ(c.layout, p.ends.data);
+  // No hint: M_sum / G rows per group.
+  c = finegemm::validate_contiguous_psum(p.a, p.sa, p.b, p.sb, p.d, p.ends, 0);
+  EXPECT_EQ(c.expected_m, 128);
+  // One group: any stride of the one-element ends.
+  Psum one;
+  one.b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {1, 256, 512});
+  one.sb = TensorView::contiguous(addr(0x40000), DType::kFloat32, {1, 2, 4});
+  one.ends = TensorView::strided(addr(0x60000), DType::kInt32, {1}, {7});
+  EXPECT_EQ(finegemm::validate_contiguous_psum(one.a, one.sa, one.b, one.sb, one.d, one.ends, 0).expected_m, 512);
+  // M_sum = 0: a no-op, whatever the ends hold (they are never read on the host).
+  Psum empty;
+  empty.a.shape[0] = empty.sa.shape[0] = empty.d.shape[0] = 0;
+  EXPECT_NO_THROW(empty.call());
+  // is_supported: the hint per group must be positive.
+  finegemm::Problem q;
+  q.kind = finegemm::GemmKind::kGroupedContiguousPsum;
+  q.num_groups = 8;
+  q.n = 4096;
+  q.k = 7168;
+  std::string reason;
+  q.m = 0;
+  EXPECT_FALSE(finegemm::is_supported(q, &reason));
+  EXPECT_NE(reason.find("expected_m must be >= 1"), std::string::npos) << reason;
+  q.m = 1000;
+  EXPECT_TRUE(finegemm::is_supported(q, &reason)) << reason;
+  EXPECT_NE(finegemm::describe_config(q, 132).find("BM="), std::string::npos);
+}

@@ -7,10 +7,6 @@
 namespace finegemm::tools {
 namespace {
 
-const char* kind_name(GemmKind k) {
-  return k == GemmKind::kNormal ? "normal" : (k == GemmKind::kGroupedContiguous ? "contiguous" : "masked");
-}
-
 std::string quoted(const std::string& field) {
   if (field.find_first_of(",\"\r\n") == std::string::npos) return field;
   std::string out = "\"";

@@ -23,8 +23,7 @@ TensorView view(DeviceBuffer& buf, DType dtype, std::initializer_list<int64_t> s
 
 std::string ProblemShape::describe() const {
   std::ostringstream os;
-  const char* kind_name = kind == GemmKind::kNormal ? "normal" : (kind == GemmKind::kGroupedContiguous ? "contiguous" : "masked");
-  os << kind_name << " G=" << groups << " M=" << m << " N=" << n << " K=" << k;
+  os << kind_name(kind) << " G=" << groups << " M=" << m << " N=" << n << " K=" << k;
   return os.str();
 }
 
@@ -52,6 +51,16 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
       for (int64_t r = 0; r < padded; ++r) layout_.push_back(r < counts[size_t(e)] ? e : -1);
     }
     rows_ = int64_t(layout_.size());
+    if (shape.kind == GemmKind::kGroupedContiguousPsum) {
+      // The same rows given by each expert's end row: the previous end rounded up, plus its rows.
+      std::vector<int32_t> ends;
+      int64_t start = 0;
+      for (int e = 0; e < g; ++e) {
+        ends.push_back(int32_t(start + counts[size_t(e)]));
+        start = (ends.back() + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment;
+      }
+      layout_ = ends;
+    }
   }
   refresh_row_groups();
 
@@ -112,6 +121,14 @@ void GemmProblem::refresh_row_groups() {
     std::fill(row_group_.begin(), row_group_.end(), 0);
   } else if (shape_.kind == GemmKind::kGroupedContiguous) {
     for (int64_t r = 0; r < rows_; ++r) row_group_[size_t(r)] = layout_[size_t(r)] >= 0 && layout_[size_t(r)] < shape_.groups ? layout_[size_t(r)] : -1;
+  } else if (shape_.kind == GemmKind::kGroupedContiguousPsum) {
+    // Group g: rows [align(end[g-1]), end[g]) of those that exist (an invalid end keeps no row beyond them).
+    int64_t start = 0;
+    for (int grp = 0; grp < shape_.groups; ++grp) {
+      const int64_t end = std::min<int64_t>(std::max<int64_t>(layout_[size_t(grp)], start), rows_);
+      for (int64_t r = start; r < end; ++r) row_group_[size_t(r)] = grp;
+      start = (std::max(end, start) + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment;
+    }
   } else {
     for (int grp = 0; grp < shape_.groups; ++grp) {
       const int64_t valid = std::clamp<int64_t>(layout_[size_t(grp)], 0, shape_.m);
@@ -146,11 +163,17 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
   const TensorView vd = view(d, DType::kBFloat16, {rows_, n});
   if (shape_.kind == GemmKind::kNormal) {
     gemm_fp8_fp8_bf16_nt(va, vsa, view(b, DType::kFloat8E4M3, {n, k}), view(sb, DType::kFloat32, {nb_, kb_}), vd, s);
-  } else {
+  } else if (shape_.kind == GemmKind::kGroupedContiguous) {
     const int64_t g = shape_.groups;
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
                                               view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
                                               view(layout_buffer, DType::kInt32, {rows_}), s);
+  } else {
+    const int64_t g = shape_.groups;
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
+                                                   view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
+                                                   view(layout_buffer, DType::kInt32, {g}),
+                                                   int(std::max<int64_t>(1, shape_.m)), s);
   }
 }
 

@@ -16,11 +16,22 @@ namespace finegemm::tools {
 struct ProblemShape {
   GemmKind kind = GemmKind::kNormal;
   int groups = 1;
-  int64_t m = 0;  ///< normal: M; contiguous: expected rows per expert; masked: M_max
+  int64_t m = 0;  ///< normal: M; contiguous, psum: expected rows per expert; masked: M_max
   int64_t n = 0;
   int64_t k = 0;
   std::string describe() const;
 };
+
+/// The kind's name in shape files and on the command line: normal, contiguous, masked or psum.
+inline const char* kind_name(GemmKind kind) {
+  switch (kind) {
+    case GemmKind::kNormal: return "normal";
+    case GemmKind::kGroupedContiguous: return "contiguous";
+    case GemmKind::kGroupedMasked: return "masked";
+    case GemmKind::kGroupedContiguousPsum: return "psum";
+  }
+  return "?";
+}
 
 /// What the operands hold. kUniform: fp8 codes drawn uniformly over the finite codes, with scales log-uniform over
 /// [2^scale_lo_exp, 2^scale_hi_exp] (the correctness default: every exponent, every scale range). kNormal: standard
@@ -33,7 +44,7 @@ struct ProblemOptions {
   uint64_t seed = 1;
   DataKind data = DataKind::kUniform;
   std::vector<int> masked_m;          ///< masked: rows per group (default: all M_max)
-  std::vector<int> expert_rows;       ///< contiguous: real rows per expert (default: random around m)
+  std::vector<int> expert_rows;       ///< contiguous, psum: real rows per expert (default: random around m)
   int scale_lo_exp = -10, scale_hi_exp = 10;
 };
 
@@ -45,7 +56,7 @@ class GemmProblem {
   int64_t rows() const { return rows_; }             ///< rows of the 2D views of A and D
   int64_t kb() const { return (shape_.k + 127) / 128; }
   int64_t nb() const { return (shape_.n + 127) / 128; }
-  /// Rows that are computed (normal: M; contiguous: real rows; masked: sum of masked_m).
+  /// Rows that are computed (normal: M; contiguous, psum: real rows; masked: sum of masked_m).
   int64_t valid_rows() const;
   bool row_valid(int64_t row) const { return row_group_[size_t(row)] >= 0; }
   int row_group(int64_t row) const { return row_group_[size_t(row)]; }
@@ -56,7 +67,7 @@ class GemmProblem {
   /// Fills D with a NaN bit pattern (kPoison) on `stream`.
   void poison_output(cudaStream_t stream);
   std::vector<uint16_t> download_output() const;
-  /// Overwrites the device layout (m_indices or masked_m) with `values` (for graph-replay tests).
+  /// Overwrites the device layout (m_indices, masked_m or group ends) with `values` (for graph-replay tests).
   void set_layout(const std::vector<int32_t>& values, cudaStream_t stream);
   std::vector<int32_t>& layout() { return layout_; }
 
@@ -80,7 +91,7 @@ class GemmProblem {
   int64_t rows_ = 0;
   int64_t m_pad_ = 0;
   std::vector<int> masked_m_;
-  std::vector<int32_t> layout_;      // m_indices (contiguous) or masked_m (masked)
+  std::vector<int32_t> layout_;      // m_indices (contiguous), masked_m (masked) or group ends (psum)
   std::vector<int> row_group_;       // per 2D row: group, or -1 when the row is not computed
 };
 

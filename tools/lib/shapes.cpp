@@ -38,7 +38,8 @@ GemmKind parse_kind(const std::string& s, const std::string& where) {
   if (s == "normal") return GemmKind::kNormal;
   if (s == "contiguous") return GemmKind::kGroupedContiguous;
   if (s == "masked") return GemmKind::kGroupedMasked;
-  throw std::runtime_error(where + ": kind must be normal, contiguous or masked, got '" + s + "'");
+  if (s == "psum") return GemmKind::kGroupedContiguousPsum;
+  throw std::runtime_error(where + ": kind must be normal, contiguous, masked or psum, got '" + s + "'");
 }
 
 }  // namespace
@@ -107,7 +108,7 @@ Problem problem_of(const ProblemShape& shape, bool sa_k_major) {
   if (shape.kind == GemmKind::kGroupedContiguous) {
     p.m = std::max<int64_t>(1, shape.m) * shape.groups;  // M_sum the heuristic sees (expected)
   } else {
-    p.m = std::max<int64_t>(1, shape.m);
+    p.m = std::max<int64_t>(1, shape.m);  // normal: M; masked, psum: rows per group
   }
   p.m_max = shape.kind == GemmKind::kGroupedMasked ? shape.m : 0;
   return p;

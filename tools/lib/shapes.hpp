@@ -9,8 +9,8 @@
 
 namespace finegemm::tools {
 
-/// Reads a CSV with header `kind,groups,m,n,k[,note]` (kind: normal | contiguous | masked). Throws with the line
-/// number on malformed input.
+/// Reads a CSV with header `kind,groups,m,n,k[,note]` (kind: normal | contiguous | masked | psum; m: rows per
+/// expert for contiguous and psum, M_max for masked). Throws with the line number on malformed input.
 std::vector<ProblemShape> read_shape_file(const std::string& path);
 std::vector<ProblemShape> parse_shapes(const std::string& text, const std::string& origin);
 

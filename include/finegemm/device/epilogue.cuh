@@ -163,12 +163,25 @@ struct EpilogueTile {
         uint32_t mine_lo = 0xffffffffu, mine_hi = 0xffffffffu;  // bit r: row wg_row0 + r (+ 32) is this expert's
         if (tile.check_rows) {
           const uint32_t lane = wg_thread % 32;
-          const int32_t row_lo = tile.row_base + int32_t(out_row0 + lane);
-          const int32_t row_hi = row_lo + 32;
-          const bool lo = row_lo < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_lo) == tile.group;
-          const bool hi = row_hi < args.num_a_rows && ptx::ld_global_s32(args.grouped_layout + row_hi) == tile.group;
-          mine_lo = __ballot_sync(0xffffffffu, lo);
-          mine_hi = __ballot_sync(0xffffffffu, hi);
+          const int32_t lane_row_lo = tile.row_base + int32_t(out_row0 + lane);
+          const int32_t lane_row_hi = lane_row_lo + 32;
+          const int32_t expert_lo =
+              lane_row_lo < args.num_a_rows ? ptx::ld_global_s32(args.grouped_layout + lane_row_lo) : -1;
+          const int32_t expert_hi =
+              lane_row_hi < args.num_a_rows ? ptx::ld_global_s32(args.grouped_layout + lane_row_hi) : -1;
+          mine_lo = __ballot_sync(0xffffffffu, expert_lo == tile.group);
+          mine_hi = __ballot_sync(0xffffffffu, expert_hi == tile.group);
+          // The tile's rows hold its expert or -1 in a consistent m_indices (a block holds one expert from its first
+          // row on, then padding); another expert's row is left unwritten and raises kErrorExpertIdInconsistent.
+          // NOTE: only blocks whose probed rows differ take this path: a wrong id strictly inside a block whose
+          // first and last rows agree is computed as the block's expert, unflagged (checking every block would cost
+          // its loads on the common path).
+          const bool other_lo = int32_t(lane) >= row_lo && int32_t(lane) < row_hi && expert_lo != tile.group &&
+                                expert_lo != -1;
+          const bool other_hi = int32_t(lane) + 32 >= row_lo && int32_t(lane) + 32 < row_hi &&
+                                expert_hi != tile.group && expert_hi != -1;
+          if (__any_sync(0xffffffffu, other_lo || other_hi) && wg_thread == 0)
+            ptx::atomic_or_global(args.error_flags, kErrorExpertIdInconsistent);
         }
         constexpr uint32_t kChunksPerRow = BLOCK_N / kChunkCols;
         const uint32_t num_chunks = uint32_t(row_hi - row_lo) * kChunksPerRow;

@@ -2,7 +2,8 @@
 //
 // A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
-// shares a few rows of A and a band of B in L2.
+// shares a few rows of A and a band of B in L2. Dense and contiguous GEMMs tile the 2D view as one group; the masked
+// and psum layouts walk their groups one after another, each group's tiles rasterized alone.
 #pragma once
 
 #include "finegemm/device/common/gemm_layout.cuh"
@@ -14,6 +15,9 @@ namespace finegemm::device {
 /// of an H100, but contiguous calls with 10% valid rows then cost 1.435x the packed rows (1.226x with 16): the CTAs'
 /// strided tiles meet the skipped padding blocks less evenly.
 inline constexpr int kDefaultRasterBand = 16;
+
+/// Psum layout: group g starts at its previous group's end rounded up to this many rows.
+inline constexpr int32_t kPsumAlignment = 128;
 
 /// One output tile, as the kernel needs it.
 struct Tile {
@@ -66,18 +70,19 @@ struct TileScheduler {
   };
 
   // Problem
-  int32_t num_rows;                ///< M (normal), M_sum (contiguous), M_max (masked)
+  int32_t num_rows;                ///< M (normal), M_sum (contiguous, psum), M_max (masked)
   int32_t num_groups;
-  const int32_t* grouped_layout;   ///< m_indices (contiguous), masked_m (masked), unused (normal)
+  const int32_t* grouped_layout;   ///< m_indices (contiguous), masked_m (masked), group ends (psum), unused (normal)
   // This CTA
   int32_t first_tile;
   int32_t tile_stride;
   // Progress
   int32_t next_tile;
-  int32_t group = 0;               ///< masked: group of the tiles being walked
-  int32_t tiles_before_group = 0;  ///< masked: tiles of the groups before `group`
-  int32_t group_rows = 0;          ///< masked: valid rows of `group`
-  uint32_t error_bits = 0;         ///< kError* bits met while walking (bad m_indices / masked_m)
+  int32_t group = 0;               ///< masked, psum: group of the tiles being walked
+  int32_t tiles_before_group = 0;  ///< masked, psum: tiles of the groups before `group`
+  int32_t group_rows = 0;          ///< masked, psum: valid rows of `group`
+  int32_t group_start = 0;         ///< psum: row of `group`'s first row
+  uint32_t error_bits = 0;         ///< kError* bits met while walking (bad m_indices / masked_m / group ends)
 
   FG_HOST_DEVICE TileScheduler(int32_t num_rows_, int32_t num_groups_, const int32_t* grouped_layout_,
                                int32_t block_idx, int32_t num_blocks)
@@ -88,6 +93,7 @@ struct TileScheduler {
         tile_stride(num_blocks),
         next_tile(block_idx) {
     if constexpr (kKind == GemmKind::kGroupedMasked) group_rows = masked_rows(0);
+    if constexpr (kKind == GemmKind::kGroupedContiguousPsum) enter_psum_group(0);
   }
 
   /// kTailHalves: the tiles of the last round that run as halves (0 when that round has more than half as many tiles
@@ -112,6 +118,26 @@ struct TileScheduler {
       rows = num_rows;
     }
     return rows < 0 ? 0 : rows;
+  }
+
+  /// Psum layout: makes g (the group after `group`, or 0) the walked group. It starts at the end of the group before
+  /// (as clamped here; 0 for group 0) rounded up to kPsumAlignment, and ends at its entry of the layout. An end before
+  /// that start (negative ones included; an empty group's end is its start) or past M_sum (for a group with rows) is
+  /// invalid: the group keeps the rows that exist, none or up to M_sum, and kErrorGroupEndInvalid is raised. Nothing
+  /// is loaded past the last group.
+  FG_HOST_DEVICE void enter_psum_group(int32_t g) {
+    group_start = align_up(group_start + group_rows, kPsumAlignment);
+    group_rows = 0;
+    if (g >= num_groups) return;
+    const int32_t end = load_layout(g);
+    if (end < group_start) {
+      error_bits |= kErrorGroupEndInvalid;
+    } else if (end > num_rows && end > group_start) {
+      error_bits |= kErrorGroupEndInvalid;
+      group_rows = max_of(num_rows - group_start, 0);
+    } else {
+      group_rows = end - group_start;
+    }
   }
 
   FG_HOST_DEVICE int32_t load_layout(int32_t i) const {
@@ -151,7 +177,7 @@ struct TileScheduler {
 
   /// Advances to this CTA's next tile; false when there is none left.
   FG_HOST_DEVICE bool next(Tile& tile) {
-    if constexpr (kKind == GemmKind::kGroupedMasked) {
+    if constexpr (kKind == GemmKind::kGroupedMasked || kKind == GemmKind::kGroupedContiguousPsum) {
       return next_masked(tile);
     } else {
       bool second_pass = false;
@@ -173,7 +199,7 @@ struct TileScheduler {
   /// the pipeline state in per-thread registers (170 instead of 156 instructions).
   FG_HOST_DEVICE bool next_candidate(Tile& tile, bool& has_work) {
     has_work = true;
-    if constexpr (kKind == GemmKind::kGroupedMasked) {
+    if constexpr (kKind == GemmKind::kGroupedMasked || kKind == GemmKind::kGroupedContiguousPsum) {
       return next_masked(tile);
     } else {
       bool second_pass = false;
@@ -325,9 +351,13 @@ struct TileScheduler {
     return true;
   }
 
+  /// Masked and psum layouts: the tiles of each group's rows (a psum group's rows start at group_start), group after
+  /// group. Padding (rows past masked_m, or between a psum group's end and the next group's start) is in no tile: it
+  /// costs no candidate and no load. A psum tile ends at its group's end (row_limit), so the epilogue writes no row
+  /// past it.
   FG_HOST_DEVICE bool next_masked(Tile& tile) {
     const int32_t t = next_tile;
-    // Walk forward to the group holding tile t (tiles of a CTA only move forward).
+    // Walk forward to the group holding tile t (tiles of a CTA only move forward): one load per group passed.
     while (group < num_groups) {
       const int32_t num_m_blocks = ceil_div(group_rows, BLOCK_M);
       const int32_t group_tiles = num_m_blocks * kNumNBlocks;
@@ -335,7 +365,10 @@ struct TileScheduler {
         next_tile += tile_stride;
         rasterize(t - tiles_before_group, num_m_blocks, tile.m_block, tile.n_block);
         tile.group = group;
-        tile.row_base = group * num_rows + tile.m_block * BLOCK_M;
+        if constexpr (kKind == GemmKind::kGroupedContiguousPsum)
+          tile.row_base = group_start + tile.m_block * BLOCK_M;
+        else
+          tile.row_base = group * num_rows + tile.m_block * BLOCK_M;
         tile.row_limit = min_of(BLOCK_M, group_rows - tile.m_block * BLOCK_M);
         tile.compute_rows = tile.row_limit;
         tile.check_rows = false;
@@ -343,7 +376,10 @@ struct TileScheduler {
       }
       tiles_before_group += group_tiles;
       ++group;
-      group_rows = masked_rows(group);
+      if constexpr (kKind == GemmKind::kGroupedContiguousPsum)
+        enter_psum_group(group);
+      else
+        group_rows = masked_rows(group);
     }
     return false;
   }

@@ -23,10 +23,15 @@ typedef long long int64_t;
 namespace finegemm::device {
 
 /// Same values as finegemm::GemmKind on the host.
-enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2 };
+enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedContiguousPsum = 3 };
 
 /// Bits of the device error word (same values as finegemm::DeviceErrorFlag).
-enum : uint32_t { kErrorExpertIdOutOfRange = 1u << 0, kErrorMaskedMTooLarge = 1u << 1 };
+enum : uint32_t {
+  kErrorExpertIdOutOfRange = 1u << 0,
+  kErrorMaskedMTooLarge = 1u << 1,
+  kErrorExpertIdInconsistent = 1u << 2,
+  kErrorGroupEndInvalid = 1u << 3,
+};
 
 template <typename T>
 FG_HOST_DEVICE constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }

@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   }
   // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
   // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
-  // scheduler's m_indices / masked_m reads, TMA loads and stores, SA gathers). The 256-row kernels let the next kernel
-  // launch from here on (the others after their math, below).
+  // scheduler's m_indices / masked_m / group-end reads, TMA loads and stores, SA gathers). The 256-row kernels let the
+  // next kernel launch from here on (the others after their math, below).
   if constexpr (BLOCK_M == 256) ptx::launch_dependents();
   ptx::grid_dependency_wait();
 
