@@ -254,8 +254,8 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
       const auto bytes_end = [&](const TensorView& t) {
         return static_cast<const char*>(t.data) + ((c.rows - 1) * t.strides[0] + c.n) * 4;
       };
-      const bool disjoint = bytes_end(cv) <= static_cast<const char*>(d.data) ||
-                            bytes_end(d) <= static_cast<const char*>(cv.data) || c.rows == 0;
+      const bool disjoint = c.rows == 0 || bytes_end(cv) <= static_cast<const char*>(d.data) ||
+                            bytes_end(d) <= static_cast<const char*>(cv.data);
       FG_EXPECT(disjoint, fn,
                 detail::concat("C overlaps D without being D: pass c = d (the same tensor) or a separate tensor, got "
                                "C ",

@@ -182,7 +182,11 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const CallBytes bytes = call_bytes(p);
   const bool writes_dominate = bytes.d >= bytes.b;
   const double slab_factor =
-      writes_dominate && 2 * device::epilogue_slab_cols(uint32_t(c.block_n)) < 64 ? kNarrowSlabStoreFactor : 1.0;
+      writes_dominate && device::gemm_out_bytes(c.output) *
+                                 device::epilogue_slab_cols(uint32_t(c.block_n), device::gemm_out_bytes(c.output)) <
+                             64
+          ? kNarrowSlabStoreFactor
+          : 1.0;
   const double tile_store_s =
       slab_factor * output_bytes_per_element(p) * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   const double tile_s =

@@ -16,19 +16,23 @@
 
 namespace finegemm::device {
 
-/// The shared output tile: BLOCK_N / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16 or fp32 (kOutBytes 2 or 4), each
+/// The shared output tile: kStoreCols / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16 or fp32 (kOutBytes 2 or 4), each
 /// swizzled the way TMA's kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix (bf16) and the float2 pairs
-/// of 8 rows (fp32) land in distinct banks.
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2>
+/// of 8 rows (fp32) land in distinct banks. It holds the tile's columns kStoreCols at a time (gemm_store_cols).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2, uint32_t kStoreCols = BLOCK_N>
 struct EpilogueTile {
   static_assert(BLOCK_N % 16 == 0, "stmatrix x4 covers 16 columns");
   static_assert(kOutBytes == 2 || kOutBytes == 4, "bf16 or fp32 output");
+  static_assert(kStoreCols == BLOCK_N || kOutBytes == 4, "bf16 tiles are stored whole");
   static constexpr uint32_t kSwizzleBytes = epilogue_swizzle_bytes(BLOCK_N, kOutBytes);
   static constexpr uint32_t kSlabCols = epilogue_slab_cols(BLOCK_N, kOutBytes);
   static constexpr uint32_t kSlabRowBytes = kSlabCols * kOutBytes;
   /// Columns of one 16-byte chunk of a row.
   static constexpr uint32_t kChunkCols = 16 / kOutBytes;
-  static constexpr uint32_t kNumSlabs = BLOCK_N / kSlabCols;
+  static_assert(kStoreCols % kSlabCols == 0 && BLOCK_N % kSlabCols == 0, "parts of whole slabs");
+  static constexpr uint32_t kNumSlabs = kStoreCols / kSlabCols;
+  /// Parts the tile's columns go out in (the last may be narrower).
+  static constexpr uint32_t kNumParts = ceil_div(BLOCK_N, kStoreCols);
   static constexpr uint32_t kSlabBytes = BLOCK_M * kSlabRowBytes;
   static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
@@ -75,7 +79,7 @@ struct EpilogueTile {
                          ptx::cvt_bf16x2(acc[w][i * 8 + 6], acc[w][i * 8 + 7]));
       }
     }
-    write_out<kNumWaves>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n);
+    write_out<kNumWaves>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n, 0, BLOCK_N);
   }
 
   /// The fp32 tile: each thread's accumulator pairs (rows r0 and r0 + 8, columns 8j + 2q and 8j + 2q + 1 of the wgmma
@@ -90,40 +94,49 @@ struct EpilogueTile {
                                   uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n,
                                   uint64_t* c_full, uint32_t c_phase) {
     static_assert(kOutBytes == 4, "fp32 tiles");
-    if constexpr (kAddC) {
-      ptx::mbarrier_wait(c_full, c_phase);
-    } else {
-      if (wg_thread == 0) ptx::tma_store_wait_read<0>();
-      ptx::named_barrier_sync(wg_barrier, 128);
-    }
+    static_assert(!kAddC || kNumParts == 1, "C's tile is loaded whole");
+    if constexpr (kAddC) ptx::mbarrier_wait(c_full, c_phase);
 #pragma unroll
-    for (uint32_t w = 0; w < kNumWaves; ++w) {
-      const uint32_t row = w * wave_rows + math_wg * kRowsPerWarpgroup + warp_in_wg * 16 + lane / 4;
+    for (uint32_t part = 0; part < kNumParts; ++part) {
+      // The shared tile is free once the previous part's (or tile's) stores have read it.
+      if constexpr (!kAddC) {
+        if (wg_thread == 0) ptx::tma_store_wait_read<0>();
+        ptx::named_barrier_sync(wg_barrier, 128);
+      }
+      constexpr uint32_t kPartQuads = kStoreCols / 8;
 #pragma unroll
-      for (uint32_t j = 0; j < BLOCK_N / 8; ++j) {
+      for (uint32_t w = 0; w < kNumWaves; ++w) {
+        const uint32_t row = w * wave_rows + math_wg * kRowsPerWarpgroup + warp_in_wg * 16 + lane / 4;
 #pragma unroll
-        for (uint32_t h = 0; h < 2; ++h) {
-          float* dst = reinterpret_cast<float*>(smem_d + offset(row + 8 * h, 8 * j + 2 * (lane % 4)));
-          float2 v = make_float2(acc[w][j * 4 + 2 * h], acc[w][j * 4 + 2 * h + 1]);
-          if constexpr (kAddC) {
-            const float2 c = ptx::ld_shared_v2_f32(dst);
-            v.x += c.x;
-            v.y += c.y;
+        for (uint32_t j = part * kPartQuads; j < min_of((part + 1) * kPartQuads, BLOCK_N / 8); ++j) {
+#pragma unroll
+          for (uint32_t h = 0; h < 2; ++h) {
+            float* dst = reinterpret_cast<float*>(
+                smem_d + offset(row + 8 * h, 8 * (j - part * kPartQuads) + 2 * (lane % 4)));
+            float2 v = make_float2(acc[w][j * 4 + 2 * h], acc[w][j * 4 + 2 * h + 1]);
+            if constexpr (kAddC) {
+              const float2 c = ptx::ld_shared_v2_f32(dst);
+              v.x += c.x;
+              v.y += c.y;
+            }
+            ptx::st_shared_v2_f32(dst, v);
           }
-          ptx::st_shared_v2_f32(dst, v);
         }
       }
+      write_out<kNumWaves, kAddToD>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n,
+                                    part * kStoreCols, min_of(kStoreCols, BLOCK_N - part * kStoreCols));
     }
-    write_out<kNumWaves, kAddToD>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n);
   }
 
   /// This warpgroup's rows of the shared tile to D: TMA stores of whole slabs, or, for grouped edge tiles and a dense
   /// GEMM's moved-up last row block, row-checked 16-byte stores. Commits the stores as one bulk group. `kReduce`
-  /// (fp32): TMA reductions and atomic adds into D instead of stores.
+  /// (fp32): TMA reductions and atomic adds into D instead of stores. The shared tile holds the tile's columns
+  /// [part_col0, part_col0 + part_cols) (a compile-time constant once the part loop is unrolled).
   template <uint32_t kNumWaves, bool kReduce = false>
   static FG_DEVICE void write_out(uint8_t* smem_d, uint32_t math_wg, uint32_t wave_rows, uint32_t wg_thread,
-                                  uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n) {
-    const uint32_t n_start = tile.n_block * BLOCK_N;
+                                  uint32_t wg_barrier, const Tile& tile, const GemmArgs& args, uint32_t n,
+                                  uint32_t part_col0, uint32_t part_cols) {
+    const uint32_t n_start = tile.n_block * BLOCK_N + part_col0;
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(wg_barrier, 128);
 
@@ -145,6 +158,7 @@ struct EpilogueTile {
           const uint64_t policy = hinted ? ptx::l2_policy_evict_first() : 0;
 #pragma unroll
           for (uint32_t slab = 0; slab < kNumSlabs; ++slab) {
+            if (slab * kSlabCols >= part_cols) break;
             const void* src = smem_d + slab * kSlabBytes + wg_row0 * kSlabRowBytes;
             const int32_t col = int32_t(out_col0 + slab * kSlabCols), row = tile.row_base + int32_t(out_row0);
             if (kReduce)
@@ -183,11 +197,11 @@ struct EpilogueTile {
           if (__any_sync(0xffffffffu, other_lo || other_hi) && wg_thread == 0)
             ptx::atomic_or_global(args.error_flags, kErrorExpertIdInconsistent);
         }
-        constexpr uint32_t kChunksPerRow = BLOCK_N / kChunkCols;
-        const uint32_t num_chunks = uint32_t(row_hi - row_lo) * kChunksPerRow;
+        const uint32_t chunks_per_row = part_cols / kChunkCols;
+        const uint32_t num_chunks = uint32_t(row_hi - row_lo) * chunks_per_row;
         for (uint32_t c = wg_thread; c < num_chunks; c += 128) {
-          const uint32_t r = uint32_t(row_lo) + c / kChunksPerRow;
-          const uint32_t col = (c % kChunksPerRow) * kChunkCols;
+          const uint32_t r = uint32_t(row_lo) + c / chunks_per_row;
+          const uint32_t col = (c % chunks_per_row) * kChunkCols;
           const uint32_t global_col = out_col0 + col;
           const int32_t global_row = tile.row_base + int32_t(out_row0 + r);
           if (global_col >= n || global_row >= args.num_a_rows) continue;

@@ -49,6 +49,14 @@ enum GemmOutput : uint32_t {
 /// Bytes of one output element.
 FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return output == kOutBf16 ? 2u : 4u; }
 
+/// Columns of the output tile the shared tile holds at once. fp32 tiles without a C to load go out in parts of 64
+/// columns (their last part may be narrower), each stored (or reduced) before the next is written: a whole 128x160
+/// fp32 tile (80 KB) left shared memory for 3 stages, parts of 64 columns (32 KB) leave it 5. bf16 tiles and fp32 ones
+/// that C's tile is loaded into are held whole.
+FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t output) {
+  return (output == kOutF32 || output == kOutF32AddToD) && block_n > 64 ? 64u : block_n;
+}
+
 /// Floats a stage holds per tile row of SA (the K-major TMA box is 4 wide).
 FG_HOST_DEVICE constexpr uint32_t gemm_sa_row_floats(uint32_t sa_mode) { return sa_mode == kSaKMajorTma ? 4u : 1u; }
 
@@ -62,7 +70,7 @@ struct GemmSmemLayout {
   static constexpr uint32_t kNumWaves = BLOCK_M / (kWarpgroupRows * kNumMathWarpgroups);
   static constexpr uint32_t kWaveRows = kWarpgroupRows * kNumMathWarpgroups;
   // (BLOCK_M, BLOCK_N) bf16 or fp32; with kOutF32AddC, C's tile arrives here by TMA and D's leaves from it
-  static constexpr uint32_t kDBytes = align_up(BLOCK_M * BLOCK_N * gemm_out_bytes(kOutput), 1024u);
+  static constexpr uint32_t kDBytes = align_up(BLOCK_M * gemm_store_cols(BLOCK_N, kOutput) * gemm_out_bytes(kOutput), 1024u);
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
@@ -92,7 +100,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
                                                          uint32_t sa_mode = kSaMnMajor, uint32_t sb_mode = kSbBlock,
                                                          uint32_t output = kOutBf16) {
   (void)k;
-  const uint32_t d_bytes = align_up(block_m * block_n * gemm_out_bytes(output), 1024u);
+  const uint32_t d_bytes = align_up(block_m * gemm_store_cols(block_n, output) * gemm_out_bytes(output), 1024u);
   const uint32_t stage_bytes =
       block_m * kBlockK + block_n * kBlockK + align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u);
   const uint32_t sb_bytes = align_up(num_stages * (sb_mode == kSbBlock ? 8u : align_up(block_n * 4u, 128u)), 16u);

@@ -33,7 +33,7 @@ struct GemmTraits {
   // ---- Geometry -----------------------------------------------------------------------------------------------
   using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode, kSbMode, kOutput>;
   static constexpr uint32_t kOutBytes = gemm_out_bytes(kOutput);
-  using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes>;
+  using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes, gemm_store_cols(BLOCK_N, kOut)>;
   /// D = C + A x B^T: the A issuer loads C's tile into the shared output tile at each tile's start.
   static constexpr bool kAddC = kOutput == kOutF32AddC;
   /// D += A x B^T: the epilogue's TMA stores are reductions (fp32 adds in the L2) into D.
