@@ -58,7 +58,8 @@ constexpr CommandHelp kHelp[] = {
      "          gradient, data/shapes/deepseek_v3_wgrad.csv): fp32 D = D + A x B^T, both operands with 1x128 scales;\n"
      "          cuBLASLt runs it with VEC128_32F scales on both operands, fp32 D and beta = 1 where its heuristic\n"
      "          offers an algorithm for that (not every cuBLASLt version does: its columns then stay empty and a line\n"
-     "          under the first such row says why).\n"
+     "          under the first such row says why); its output is checked once like finegemm's, and not timed if it\n"
+     "          fails.\n"
      "          --flush: before each timed call, a 256 MiB memset (default), a 256 MiB read (leaves clean lines) or\n"
      "            none (a warm L2)\n"
      "          --experts: rows per expert of the contiguous layout, random 0.5x..1.5x of M (default) or M each\n"
@@ -321,14 +322,15 @@ int cmd_bench(const ft::ParsedArgs& args) {
     problem.poison_output(stream);
     problem.run(k_major, stream);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const ft::Verdict verdict = ft::check_download(problem, ft::gpu_reference(problem));
+    const ft::Reference reference = ft::gpu_reference(problem);
+    const ft::Verdict verdict = ft::check_download(problem, reference);
     if (!verdict.ok) ++failures;
     const ft::Timing t = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3, flush_l2,
                                          &flusher, time_source);
     const double tflops = problem.flops() / (t.median_us * 1e-6) / 1e12;
     const double gbps = problem.min_bytes() / (t.median_us * 1e-6) / 1e9;
     double cublas_us = 0, cublas_tflops = 0;
-    std::string cublas_refused;  // wgrad: why cuBLASLt did not run
+    std::string cublas_refused;  // wgrad: why cuBLASLt did not run (or was not timed)
     if (s.kind == fg::GemmKind::kNormal && s.m % 4 == 0) {
       // Its own D (wgrad: holding C, which each call accumulates into, as finegemm's does), the same operands; for
       // wgrad SB is [KB][N], MN-major, as finegemm reads it (N % 8 == 0: no padding).
@@ -341,7 +343,24 @@ int cmd_bench(const ft::ParsedArgs& args) {
       if (s.wgrad && !lt.supported()) cublas_refused = lt.reason();
       // With FINEGEMM_PRINT_CONFIGS, the baseline's algorithm too (tile, stages and cluster ids of cuBLASLt's pick).
       if (std::getenv("FINEGEMM_PRINT_CONFIGS") != nullptr) std::fprintf(stderr, "%s\n", lt.describe().c_str());
-      if (lt.supported()) {
+      bool lt_computes_the_same = true;
+      if (lt.supported() && s.wgrad) {
+        // Its wgrad mode (1x128 scales of B read as [KB][N], fp32 D, beta = 1) checked once against the same
+        // reference: a ratio to a GEMM that computes something else is no ratio.
+        try {
+          lt.run(stream);
+          ft::sync_and_check(stream, "cuBLASLt wgrad");
+          const ft::Verdict lt_verdict =
+              ft::check_output(problem, reference, d2.download_as<float>(size_t(s.m * s.n)));
+          if (!lt_verdict.ok)
+            cublas_refused = "its output fails the check (" +
+                             lt_verdict.summary.substr(0, lt_verdict.summary.find('\n')) + "), so it is not timed";
+        } catch (const std::runtime_error& e) {
+          cublas_refused = e.what();
+        }
+        lt_computes_the_same = cublas_refused.empty();
+      }
+      if (lt.supported() && lt_computes_the_same) {
         const ft::Timing tl =
             ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, flush_l2, &flusher, time_source);
         cublas_us = tl.median_us;
