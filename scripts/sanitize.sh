@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, the dense
-# wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row contiguous tiles and on 128x192 tiles with
-# half batches (memcheck, racecheck, synccheck); fails on any report. From the repository root:
+# wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row contiguous tiles, on 128x192 tiles with
+# half batches and on the weight gradient's 128x160 tiles (memcheck, racecheck, synccheck); fails on any report. From
+# the repository root:
 #   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
 set -uo pipefail
 BUILD=${1:-build-device}
@@ -52,5 +53,8 @@ if [ -x "$BUILD/finegemm" ]; then
   # Half batches (BLOCK_N=192, more than 4 K blocks: two commit groups per K block), one tile over two SB blocks;
   # grouped shapes, which have no cuBLASLt baseline (racecheck reports hazards inside cuBLASLt's own kernel).
   cli_cases halves "128x192 half batches" bm=128,bn=192 tests/sanitizer/half-batches.csv
+  # The weight-gradient kernel's widest tile (1x128 SB; bench passes C as D, so the epilogue reduces into D by TMA),
+  # which the suite's small wgrad cases never pick; M not a multiple of 4, so that cuBLASLt does not run.
+  cli_cases wgrad "wgrad 128x160 tiles" bm=128,bn=160 tests/sanitizer/wgrad.csv
 fi
 exit $status

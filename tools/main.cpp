@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -35,7 +36,7 @@ namespace ft = finegemm::tools;
 namespace {
 
 constexpr const char* kSeedShapes = "data/shapes/deepseek_v3.csv";
-const std::vector<std::string> kAllKinds = {"normal", "contiguous", "masked", "psum"};
+const std::vector<std::string>& kAllKinds = ft::shape_kind_names();  // normal, contiguous, masked, psum, wgrad
 constexpr int64_t kMaxDim = int64_t(1) << 31;  // the largest M, N or K a shape file may hold
 constexpr int kMaxSms = 1024;
 
@@ -48,23 +49,29 @@ struct CommandHelp {
 
 constexpr CommandHelp kHelp[] = {
     {"bench",
-     "bench   [--shapes FILE] [--kinds normal,contiguous,masked,psum] [--iters 30] [--sa mn|k] [--flush memset|read|none]\n"
-     "          [--experts random|equal] [--data normal|uniform] [--ceiling] [--csv FILE]\n"
+     "bench   [--shapes FILE] [--kinds normal,contiguous,masked,psum,wgrad] [--iters 30] [--sa mn|k]\n"
+     "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--ceiling] [--csv FILE]\n"
      "        | --chain [--layers 16] [--m 1,16,64,128] [--shapes FILE] [--iters 30] [--csv FILE]\n"
      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
      "          shape list (default: data/shapes/deepseek_v3.csv); needs a Hopper GPU. x cuBLT = cuBLASLt's time over\n"
-     "          finegemm's. The first line names the card, the timer and the L2 flush.\n"
+     "          finegemm's. The first line names the card, the timer and the L2 flush. wgrad rows (the weight\n"
+     "          gradient, data/shapes/deepseek_v3_wgrad.csv): fp32 D = D + A x B^T, both operands with 1x128 scales;\n"
+     "          cuBLASLt runs it with VEC128_32F scales on both operands, fp32 D and beta = 1 where its heuristic\n"
+     "          offers an algorithm for that (not every cuBLASLt version does: its columns then stay empty and a line\n"
+     "          under the first such row says why); its output is checked once like finegemm's, and not timed if it\n"
+     "          fails.\n"
      "          --flush: before each timed call, a 256 MiB memset (default), a 256 MiB read (leaves clean lines) or\n"
      "            none (a warm L2)\n"
      "          --experts: rows per expert of the contiguous layout, random 0.5x..1.5x of M (default) or M each\n"
      "          --data: operands quantized from normal values (default) or uniform fp8 codes (more bit flips)\n"
+     "            (wgrad: C normal values of the product's magnitude either way)\n"
      "          --ceiling: also each shape's floor (its bytes moved alone, its wgmmas issued alone)\n"
      "          --csv FILE: also one row per shape in FILE. Line 1: '# finegemm bench; device=NAME; sms=N;\n"
      "            timer=cupti|events; flush=memset|read|none; ...' (key=value pairs separated by '; '); line 2, the\n"
      "            header: kind,groups,m,n,k,config,us,ev_us,tflops,gbps,pct_copy_bw,cublaslt_us,cublaslt_tflops,\n"
      "            x_cublaslt,check and, with --ceiling, floor_bytes_us,floor_tensor_us,floor_us,floor_bound. Times\n"
      "            in microseconds; cuBLASLt's columns are empty where it does not run (grouped kinds, M not a\n"
-     "            multiple of 4). scripts/plot_bench.py draws such files.\n"
+     "            multiple of 4, wgrad where cuBLASLt has no algorithm). scripts/plot_bench.py draws such files.\n"
      "          --chain: decode layers back to back, as a model runs them: for each (N, K) of the shape file's normal\n"
      "            rows and each M of --m, --layers layers, each a per-token FP8 quantization of its own bf16\n"
      "            activations then a GEMM with its own weights, captured into a CUDA graph with programmatic\n"
@@ -74,19 +81,23 @@ constexpr CommandHelp kHelp[] = {
      "            --csv FILE: one row per (M, N, K). --kinds, --sa, --flush, --experts, --data and --ceiling do not\n"
      "            apply.\n"},
     {"check",
-     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked,psum] [--corrupt] [--cpu]\n"
+     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked,psum,wgrad] [--corrupt] [--cpu]\n"
      "          correctness sweep over random and awkward shapes, each output checked against a reference; exits 1\n"
-     "          on the first failure; needs a Hopper GPU. --corrupt flips one output element (the checker must\n"
-     "          fail); --cpu checks the checker itself on the CPU, without a GPU (6 cases by default)\n"},
+     "          on the first failure; needs a Hopper GPU. wgrad cases: fp32 D = C + A x B^T with C aliasing D or a\n"
+     "          separate C (D poisoned), checked within one fp32 rounding plus the accumulation term. --corrupt flips\n"
+     "          one output element (the checker must fail); --cpu checks the checker itself on the CPU, without a\n"
+     "          GPU (6 cases by default; bf16 outputs, and fp32 ones with C when --kinds has wgrad)\n"},
     {"warmup",
-     "warmup  [--shapes FILE | --n N1,N2 --k K1,K2 [--kind normal|contiguous|masked] [--groups 1]]\n"
+     "warmup  [--shapes FILE | --n N1,N2 --k K1,K2 [--kind normal|contiguous|masked|psum|wgrad] [--groups 1]]\n"
      "          [--m-range 1:8192] [--sms 132] [--jobs J]\n"
      "          compile ahead of time every kernel the heuristic picks for each shape (default: the DeepSeek-V3\n"
-     "          shapes), every M of the range and both SA layouts, on J threads (default: one per CPU); no GPU needed\n"},
+     "          shapes; a training job adds data/shapes/deepseek_v3_wgrad.csv or --kind wgrad), every M of the range\n"
+     "          and both SA layouts, on J threads (default: one per CPU); no GPU needed\n"},
     {"plan",
      "plan    [--shapes FILE] [--m-range LO:HI] [--sa mn|k] [--sms 132]\n"
      "          the kernel configuration the heuristic picks for each shape (no GPU, nothing compiled); with\n"
-     "          --m-range, each shape's N and K over every M of the range, one line where the pick changes\n"},
+     "          --m-range, each shape's N and K over every M of the range, one line where the pick changes. Shape\n"
+     "          files: kind,groups,m,n,k[,note] with kind normal, contiguous, masked, psum or wgrad\n"},
     {"stress",
      "stress  [--threads 8] [--seconds 60] [--devices 0,1|all] [--seed S] ...\n"
      "          random GEMMs of every kind on several threads, each output checked (finegemm stress --help)\n"},
@@ -119,13 +130,6 @@ bool hopper_or_explain(const char* command) {
   return false;
 }
 
-fg::GemmKind kind_of(const std::string& name) {
-  for (fg::GemmKind k : {fg::GemmKind::kNormal, fg::GemmKind::kGroupedContiguous, fg::GemmKind::kGroupedMasked,
-                         fg::GemmKind::kGroupedContiguousPsum})
-    if (name == ft::kind_name(k)) return k;
-  throw ft::UsageError("unknown GEMM kind '" + name + "'");
-}
-
 std::string join(const std::vector<std::string>& words) {
   std::string out;
   for (const std::string& w : words) out += (out.empty() ? "" : ",") + w;
@@ -153,7 +157,7 @@ class CeilingSummary {
                 c.read_bytes / 1e6, c.write_bytes / 1e6, c.stream_us, stream_gbps, 100.0 * stream_gbps / copy_gbps,
                 c.stream_variant.c_str(), c.tensor_us, c.tensor_variant.c_str(), flops / (c.tensor_us * 1e-6) / 1e12,
                 c.tensor_clock_mhz, 100.0 * c.tensor_busy, c.us(), floor_tflops, c.bound(), 100.0 * c.us() / ours_us);
-    const bool dense = s.kind == fg::GemmKind::kNormal;
+    const bool dense = s.kind == fg::GemmKind::kNormal && !s.wgrad;
     if (cublas_us > 0) {
       std::printf(" | x cuBLT at the floor %.2f", cublas_us / c.us());
       if (dense) log_cublas_ += std::log(cublas_us / c.us()), ++n_cublas_;
@@ -231,7 +235,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
   const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
                               [&](const ft::ProblemShape& s) {
-                                return std::find(kinds.begin(), kinds.end(), ft::kind_name(s.kind)) == kinds.end();
+                                return std::find(kinds.begin(), kinds.end(), s.kind_name()) == kinds.end();
                               }),
                shapes.end());
   const bool k_major = args.text("sa", "mn") == "k";
@@ -267,7 +271,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
               prop.name, fg::get_num_sms(), timer.c_str(), iters, flush_text);
   std::printf("copy bandwidth %.0f GB/s; SA %s; operands: %s; rows per expert (contiguous): %s\n", copy_gbps,
               k_major ? "K-major" : "MN-major",
-              data == "normal" ? "normal values quantized per token (A) and per 128x128 block (B)"
+              data == "normal" ? "normal values quantized per token (A) and per 128x128 block (B; wgrad: per token)"
                                : "uniform fp8 codes, scales 2^-10..2^10",
               experts == "equal" ? "M each" : "random, 0.5x..1.5x of M");
   std::unique_ptr<ft::BenchCsv> csv;
@@ -287,7 +291,7 @@ int cmd_bench(const ft::ParsedArgs& args) {
                                          with_ceiling);
 
   for (const ft::UnsupportedShape& u : skipped)
-    std::printf("skipped %s %d %lld %lld %lld: %s\n", ft::kind_name(u.shape.kind), u.shape.groups, (long long)u.shape.m,
+    std::printf("skipped %s %d %lld %lld %lld: %s\n", u.shape.kind_name(), u.shape.groups, (long long)u.shape.m,
                 (long long)u.shape.n, (long long)u.shape.k, u.reason.c_str());
   // Compile everything first, in parallel.
   {
@@ -301,8 +305,9 @@ int cmd_bench(const ft::ParsedArgs& args) {
 
   std::printf("\n%-10s %6s %6s %6s %6s | %-60s | %8s %7s %7s %6s %5s | %8s %7s | %7s | %s\n", "kind", "G", "M", "N",
               "K", "config", "us", "ev us", "TFLOPS", "GB/s", "%BW", "cuBLASLt", "TFLOPS", "x cuBLT", "check");
-  double log_cublas = 0, log_cublas_normal = 0;
-  int n_cublas = 0, n_cublas_normal = 0, failures = 0;
+  double log_cublas = 0, log_cublas_normal = 0, log_cublas_wgrad = 0;
+  int n_cublas = 0, n_cublas_normal = 0, n_cublas_wgrad = 0, failures = 0;
+  bool wgrad_baseline_explained = false;  // the first wgrad row cuBLASLt cannot run gets a line saying why
   std::unique_ptr<ft::CeilingKernels> ceiling_kernels;
   if (with_ceiling) ceiling_kernels = std::make_unique<ft::CeilingKernels>();
   CeilingSummary ceiling_summary;
@@ -317,20 +322,45 @@ int cmd_bench(const ft::ParsedArgs& args) {
     problem.poison_output(stream);
     problem.run(k_major, stream);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const ft::Verdict verdict = ft::check_output(problem, ft::gpu_reference(problem), problem.download_output());
+    const ft::Reference reference = ft::gpu_reference(problem);
+    const ft::Verdict verdict = ft::check_download(problem, reference);
     if (!verdict.ok) ++failures;
     const ft::Timing t = ft::time_kernel([&](cudaStream_t st) { problem.run(k_major, st); }, stream, iters, 3, flush_l2,
                                          &flusher, time_source);
     const double tflops = problem.flops() / (t.median_us * 1e-6) / 1e12;
     const double gbps = problem.min_bytes() / (t.median_us * 1e-6) / 1e9;
     double cublas_us = 0, cublas_tflops = 0;
+    std::string cublas_refused;  // wgrad: why cuBLASLt did not run (or was not timed)
     if (s.kind == fg::GemmKind::kNormal && s.m % 4 == 0) {
-      ft::DeviceBuffer d2(size_t(s.m * s.n * 2));
+      // Its own D (wgrad: holding C, which each call accumulates into, as finegemm's does), the same operands; for
+      // wgrad SB is [KB][N], MN-major, as finegemm reads it (N % 8 == 0: no padding).
+      ft::DeviceBuffer d2(size_t(s.m * s.n * problem.output_bytes()));
+      if (s.wgrad) d2.upload(problem.host_c.data(), problem.host_c.size() * 4);
+      ft::CublasLtBlockFp8::Mode mode;
+      mode.sb_per_row = mode.f32_accumulate = s.wgrad;
       ft::CublasLtBlockFp8 lt(s.m, s.n, s.k, problem.a.get(), problem.sa_mn_major.as<float>(), problem.b.get(),
-                              problem.sb.as<float>(), d2.get());
+                              problem.sb.as<float>(), d2.get(), mode);
+      if (s.wgrad && !lt.supported()) cublas_refused = lt.reason();
       // With FINEGEMM_PRINT_CONFIGS, the baseline's algorithm too (tile, stages and cluster ids of cuBLASLt's pick).
       if (std::getenv("FINEGEMM_PRINT_CONFIGS") != nullptr) std::fprintf(stderr, "%s\n", lt.describe().c_str());
-      if (lt.supported()) {
+      bool lt_computes_the_same = true;
+      if (lt.supported() && s.wgrad) {
+        // Its wgrad mode (1x128 scales of B read as [KB][N], fp32 D, beta = 1) checked once against the same
+        // reference: a ratio to a GEMM that computes something else is no ratio.
+        try {
+          lt.run(stream);
+          ft::sync_and_check(stream, "cuBLASLt wgrad");
+          const ft::Verdict lt_verdict =
+              ft::check_output(problem, reference, d2.download_as<float>(size_t(s.m * s.n)));
+          if (!lt_verdict.ok)
+            cublas_refused = "its output fails the check (" +
+                             lt_verdict.summary.substr(0, lt_verdict.summary.find('\n')) + "), so it is not timed";
+        } catch (const std::runtime_error& e) {
+          cublas_refused = e.what();
+        }
+        lt_computes_the_same = cublas_refused.empty();
+      }
+      if (lt.supported() && lt_computes_the_same) {
         const ft::Timing tl =
             ft::time_kernel([&](cudaStream_t st) { lt.run(st); }, stream, iters, 3, flush_l2, &flusher, time_source);
         cublas_us = tl.median_us;
@@ -341,18 +371,27 @@ int cmd_bench(const ft::ParsedArgs& args) {
     if (x_cublas > 0) {
       log_cublas += std::log(x_cublas);
       ++n_cublas;
-      if (s.kind == fg::GemmKind::kNormal) log_cublas_normal += std::log(x_cublas), ++n_cublas_normal;
+      if (s.wgrad) {
+        log_cublas_wgrad += std::log(x_cublas), ++n_cublas_wgrad;
+      } else if (s.kind == fg::GemmKind::kNormal) {
+        log_cublas_normal += std::log(x_cublas), ++n_cublas_normal;
+      }
     }
     const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
-    // Where cuBLASLt did not run (grouped shapes, M not a multiple of 4, a shape it rejects), its columns print '-'.
+    // Where cuBLASLt did not run (grouped shapes, M not a multiple of 4, a shape or mode it rejects), its columns
+    // print '-'.
     char baseline[48] = "       -       - |       -";
     if (x_cublas > 0)
       std::snprintf(baseline, sizeof(baseline), "%8.1f %7.0f | %7.2f", cublas_us, cublas_tflops, x_cublas);
     std::printf("%-10s %6d %6lld %6lld %6lld | %-60.60s | %8.1f %7.1f %7.0f %6.0f %4.0f%% | %s | %s\n",
-                ft::kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
+                s.kind_name(), s.groups, (long long)s.m, (long long)s.n, (long long)s.k, config.c_str(),
                 t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps, baseline,
                 verdict.ok ? "ok" : "FAIL");
     if (!verdict.ok) std::printf("  %s\n", verdict.summary.c_str());
+    if (!cublas_refused.empty() && !wgrad_baseline_explained) {
+      std::printf("  cuBLASLt does not run the wgrad rows here: %s\n", cublas_refused.c_str());
+      wgrad_baseline_explained = true;
+    }
     ft::BenchRow row{s, config, t.median_us, t.event_median_us, tflops, gbps, 100.0 * gbps / copy_gbps,
                      cublas_us, cublas_tflops, verdict.ok};
     if (with_ceiling) {
@@ -364,9 +403,12 @@ int cmd_bench(const ft::ParsedArgs& args) {
     if (csv) csv->row(row);
     std::fflush(stdout);
   }
-  std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d)\n",
+  std::printf("\ngeomean x cuBLASLt: %.3f over %d shapes (dense %.3f over %d",
               n_cublas ? std::exp(log_cublas / n_cublas) : 0.0, n_cublas,
               n_cublas_normal ? std::exp(log_cublas_normal / n_cublas_normal) : 0.0, n_cublas_normal);
+  if (n_cublas_wgrad > 0)
+    std::printf("; wgrad %.3f over %d", std::exp(log_cublas_wgrad / n_cublas_wgrad), n_cublas_wgrad);
+  std::printf(")\n");
   if (with_ceiling) ceiling_summary.print(flush);
   if (!skipped.empty())
     std::printf("%zu shapes skipped: no kernel configuration fits them (the lines before the table)\n", skipped.size());
@@ -389,32 +431,57 @@ ft::OptionSet check_options() {
 
 // The checker itself, without a GPU: the "kernel output" is the CPU reference rounded to bf16 (what a correct kernel
 // returns up to rounding); --corrupt flips one element, and the checker must then exit 1.
+// wgrad cases (when --kinds has wgrad, every other case): B's scales per 1x128 row block, a random C, and the "kernel
+// output" fl(fl(product) + C) in fp32, the two roundings of a correct kernel; --corrupt flips a high mantissa bit.
 int cmd_check_cpu(const ft::ParsedArgs& args) {
   namespace ref = fg::reference;
   const uint64_t seed = uint64_t(args.integer("seed", 1));
   const int cases = int(args.integer("cases", 6));
   const bool corrupt = args.flag("corrupt");
+  const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
+  const bool with_wgrad = std::find(kinds.begin(), kinds.end(), "wgrad") != kinds.end();
+  const bool only_wgrad = with_wgrad && kinds.size() == 1;
   std::mt19937_64 rng(seed);
   const int64_t ms[] = {1, 7, 65}, ns[] = {64, 576}, ks[] = {128, 576};
   for (int c = 0; c < cases; ++c) {
     const int64_t m = ms[rng() % 3], n = ns[rng() % 2], k = ks[rng() % 2], kb = (k + 127) / 128, nb = (n + 127) / 128;
+    const bool wgrad = only_wgrad || (with_wgrad && c % 2 == 1);
     std::vector<uint8_t> a(size_t(m * k)), b(size_t(n * k));
-    std::vector<float> sa(size_t(m * kb)), sb(size_t(nb * kb));
+    std::vector<float> sa(size_t(m * kb)), sb(size_t((wgrad ? n : nb) * kb));
     ref::fill_random_fp8(a, seed * 100 + uint64_t(c));
     ref::fill_random_fp8(b, seed * 100 + uint64_t(c) + 50);
     ref::fill_random_scales(sa, seed * 7 + uint64_t(c));
     ref::fill_random_scales(sb, seed * 11 + uint64_t(c));
     std::vector<double> abs_sum;
-    const std::vector<double> d = ref::gemm_nt_reference(a.data(), sa.data(), b.data(), sb.data(), m, n, k, &abs_sum);
-    std::vector<uint16_t> out(d.size());
-    for (size_t i = 0; i < d.size(); ++i) out[i] = ref::double_to_bf16(d[i]);
-    if (corrupt) out[size_t(rng() % out.size())] ^= 0x4000;
-    const ref::CheckResult r = ref::check_bf16_output(out.data(), n, d.data(), abs_sum.data(), m, n);
-    std::printf("case %d  cpu M=%lld N=%lld K=%lld  %s\n", c, (long long)m, (long long)n, (long long)k,
-                r.ok ? "ok" : r.summary().c_str());
+    ref::CheckResult r;
+    if (wgrad) {
+      const std::vector<double> product =
+          ref::gemm_nt_reference_sb_per_row(a.data(), sa.data(), b.data(), sb.data(), m, n, k, &abs_sum);
+      std::vector<float> c_values(product.size());
+      ref::fill_random_normal(c_values, seed * 13 + uint64_t(c));
+      for (size_t i = 0; i < c_values.size(); ++i) c_values[i] = float(c_values[i] * abs_sum[i]);
+      std::vector<double> d = product;
+      ref::add_c_to_reference(d, c_values.data(), n, m, n);
+      std::vector<float> out(d.size());
+      for (size_t i = 0; i < d.size(); ++i) out[i] = float(product[i]) + c_values[i];
+      if (corrupt) {
+        float& victim = out[size_t(rng() % out.size())];
+        victim = std::bit_cast<float>(std::bit_cast<uint32_t>(victim) ^ 0x00400000u);
+      }
+      r = ref::check_f32_output(out.data(), n, d.data(), abs_sum.data(), m, n);
+    } else {
+      const std::vector<double> d =
+          ref::gemm_nt_reference(a.data(), sa.data(), b.data(), sb.data(), m, n, k, &abs_sum);
+      std::vector<uint16_t> out(d.size());
+      for (size_t i = 0; i < d.size(); ++i) out[i] = ref::double_to_bf16(d[i]);
+      if (corrupt) out[size_t(rng() % out.size())] ^= 0x4000;
+      r = ref::check_bf16_output(out.data(), n, d.data(), abs_sum.data(), m, n);
+    }
+    std::printf("case %d  cpu %s M=%lld N=%lld K=%lld  %s\n", c, wgrad ? "wgrad" : "bf16", (long long)m,
+                (long long)n, (long long)k, r.ok ? "ok" : r.summary().c_str());
     if (!r.ok) {
-      std::printf("FAILED. Replay: finegemm check --cpu --seed %llu --cases %d%s\n", (unsigned long long)seed, c + 1,
-                  corrupt ? " --corrupt" : "");
+      std::printf("FAILED. Replay: finegemm check --cpu --seed %llu --cases %d%s%s\n", (unsigned long long)seed,
+                  c + 1, corrupt ? " --corrupt" : "", args.has("kinds") ? (" --kinds " + join(kinds)).c_str() : "");
       return 1;
     }
   }
@@ -436,8 +503,7 @@ int cmd_check(const ft::ParsedArgs& args) {
   cudaStream_t stream;
   FG_CUDA_CHECK(cudaStreamCreate(&stream));
   for (int c = 0; c < cases; ++c) {
-    ft::ProblemShape s;
-    s.kind = kind_of(kinds[size_t(rng() % kinds.size())]);
+    ft::ProblemShape s = ft::shape_of_kind(kinds[size_t(rng() % kinds.size())]);
     s.m = ms[rng() % std::size(ms)];
     s.n = ns[rng() % std::size(ns)];
     s.k = ks[rng() % std::size(ks)];
@@ -447,21 +513,31 @@ int cmd_check(const ft::ParsedArgs& args) {
     opt.seed = seed * 1000 + uint64_t(c);
     if (s.kind == fg::GemmKind::kGroupedMasked)
       for (int g = 0; g < s.groups; ++g) opt.masked_m.push_back(int(rng() % (s.m + 1)));
+    if (s.wgrad) opt.c_aliases_d = rng() % 2 == 0;  // C is D (training's case), or a separate C with D poisoned
     ft::GemmProblem problem(s, opt);
     problem.poison_output(stream);
     problem.run(k_major, stream);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<uint16_t> out = problem.download_output();
-    if (corrupt) {
-      // Test hook: flip one valid output element so the checker must fail.
-      for (int64_t r = 0; r < problem.rows(); ++r)
-        if (problem.row_valid(r)) {
-          out[size_t(r * s.n)] ^= 0x4000;
-          break;
-        }
+    const ft::Reference reference = ft::gpu_reference(problem);
+    ft::Verdict v;
+    // --corrupt, a test hook: one valid output element flipped, so that the checker must fail.
+    if (s.wgrad) {
+      std::vector<float> out = problem.download_output_f32();
+      if (corrupt && !out.empty()) out[0] = std::bit_cast<float>(std::bit_cast<uint32_t>(out[0]) ^ 0x00400000u);
+      v = ft::check_output(problem, reference, out);
+    } else {
+      std::vector<uint16_t> out = problem.download_output();
+      if (corrupt) {
+        for (int64_t r = 0; r < problem.rows(); ++r)
+          if (problem.row_valid(r)) {
+            out[size_t(r * s.n)] ^= 0x4000;
+            break;
+          }
+      }
+      v = ft::check_output(problem, reference, out);
     }
-    const ft::Verdict v = ft::check_output(problem, ft::gpu_reference(problem), out);
-    std::printf("case %3d  %-40s SA %-8s %s\n", c, s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
+    const std::string what = s.describe() + (s.wgrad ? (problem.c_aliases_d() ? " C=D" : " C apart") : "");
+    std::printf("case %3d  %-48s SA %-8s %s\n", c, what.c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
     if (!v.ok) {
       std::printf("FAILED. Replay: finegemm check --seed %llu --cases %d --kinds %s%s\n", (unsigned long long)seed,
                   c + 1, join(kinds).c_str(), corrupt ? " --corrupt" : "");
@@ -499,13 +575,13 @@ int cmd_warmup(const ft::ParsedArgs& args) {
                          " describes the --n/--k shapes, got no --n/--k");
   const std::string kind = args.text("kind", "normal");
   const int groups = int(args.integer("groups", 1));
-  if (kind == "normal" && groups != 1)
-    throw ft::UsageError("finegemm warmup: --groups takes 1 with --kind normal, got '" + std::to_string(groups) + "'");
+  if ((kind == "normal" || kind == "wgrad") && groups != 1)
+    throw ft::UsageError("finegemm warmup: --groups takes 1 with --kind " + kind + ", got '" + std::to_string(groups) +
+                         "'");
 
   std::vector<ft::ProblemShape> shapes;
   if (listed) {
-    ft::ProblemShape s;
-    s.kind = kind_of(kind);
+    ft::ProblemShape s = ft::shape_of_kind(kind);
     s.groups = groups;
     for (int64_t n : args.integers("n"))
       for (int64_t k : args.integers("k")) {
@@ -573,7 +649,7 @@ int cmd_plan(const ft::ParsedArgs& args) {
   const int sms = int(args.integer("sms", 132));
   const auto [m_lo, m_hi] = args.range("m-range", {0, -1});  // by default an empty range: each shape at its own M
   auto line = [&](const ft::ProblemShape& s, const std::string& config) {
-    std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", ft::kind_name(s.kind), s.groups, (long long)s.m, (long long)s.n,
+    std::printf("%-10s %3d %6lld %6lld %6lld | %s\n", s.kind_name(), s.groups, (long long)s.m, (long long)s.n,
                 (long long)s.k, config.c_str());
   };
   auto pick = [&](const ft::ProblemShape& s) {

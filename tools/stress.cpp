@@ -34,12 +34,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: finegemm stress [--threads 8] [--seconds 60] [--devices 0 | 0,1 | all] [--device-order alternate|random]\n"
-    "                       [--seed 1] [--kinds normal,contiguous,masked] [--max-m 1024] [--fresh-percent 10]\n"
-    "                       [--max-calls 0] [--hang-seconds 120]\n"
+    "                       [--seed 1] [--kinds normal,contiguous,masked,psum,wgrad] [--max-m 1024]\n"
+    "                       [--fresh-percent 10] [--max-calls 0] [--hang-seconds 120]\n"
     "  Each thread issues random GEMMs on its own stream (one per device it uses), the device chosen per call among\n"
     "  --devices (cudaSetDevice on that thread), and checks every output (poisoned first) against the GPU reference.\n"
     "  --fresh-percent of the calls draw a new shape (a kernel compiled for the first time, most likely; M awkward or\n"
-    "  uniform up to --max-m); the others take one of 16 fixed shapes, with fresh data. --max-calls bounds\n"
+    "  uniform up to --max-m); the others take one of 24 fixed shapes, with fresh data. wgrad calls (fp32\n"
+    "  D = C + A x B^T, 1x128 scales on both operands) take C as D or as a buffer of their own. --max-calls bounds\n"
     "  the calls per thread (0: until --seconds). A call running longer than --hang-seconds is reported as a hang and\n"
     "  ends the process (exit 3). Last line: stress: calls=N failures=F compiles=C ... (exit 1 when F > 0).\n"
     "  Needs a Hopper GPU. Accepted: --threads 1..256; --seconds and --hang-seconds in (0, 86400]; --devices 'all'\n"
@@ -50,19 +51,19 @@ constexpr const char* kUsage =
 // shapes (with fresh data, SA layout and masked_m), so their kernels are warm after the first calls; the others draw
 // a new shape (--fresh-percent), whose kernel is most likely compiled while other threads launch.
 struct WarmShape {
-  GemmKind kind;
+  const char* kind;  // a shape kind name (ProblemShape::kind_name)
   int groups;
   int64_t m, n, k;
 };
 constexpr WarmShape kWarmShapes[] = {
-    {GemmKind::kNormal, 1, 1, 2112, 7168},         {GemmKind::kNormal, 1, 7, 576, 256},
-    {GemmKind::kNormal, 1, 63, 4096, 512},         {GemmKind::kNormal, 1, 128, 7168, 2048},
-    {GemmKind::kNormal, 1, 129, 1536, 7168},       {GemmKind::kNormal, 1, 255, 8, 16},
-    {GemmKind::kNormal, 1, 511, 7168, 576},        {GemmKind::kNormal, 1, 4096, 136, 272},
-    {GemmKind::kGroupedContiguous, 4, 64, 2048, 512}, {GemmKind::kGroupedContiguous, 8, 17, 576, 256},
-    {GemmKind::kGroupedContiguous, 2, 200, 4096, 1536}, {GemmKind::kGroupedContiguous, 1, 1, 136, 16},
-    {GemmKind::kGroupedMasked, 8, 32, 4096, 512},   {GemmKind::kGroupedMasked, 4, 1, 576, 7168},
-    {GemmKind::kGroupedMasked, 2, 129, 2112, 576},  {GemmKind::kGroupedMasked, 6, 65, 256, 272},
+    {"normal", 1, 1, 2112, 7168},        {"normal", 1, 7, 576, 256},         {"normal", 1, 63, 4096, 512},
+    {"normal", 1, 128, 7168, 2048},      {"normal", 1, 129, 1536, 7168},     {"normal", 1, 255, 8, 16},
+    {"normal", 1, 511, 7168, 576},       {"normal", 1, 4096, 136, 272},      {"contiguous", 4, 64, 2048, 512},
+    {"contiguous", 8, 17, 576, 256},     {"contiguous", 2, 200, 4096, 1536}, {"contiguous", 1, 1, 136, 16},
+    {"masked", 8, 32, 4096, 512},        {"masked", 4, 1, 576, 7168},        {"masked", 2, 129, 2112, 576},
+    {"masked", 6, 65, 256, 272},         {"psum", 4, 64, 2048, 512},         {"psum", 8, 17, 576, 256},
+    {"psum", 2, 200, 4096, 1536},        {"psum", 1, 1, 136, 16},            {"wgrad", 1, 1, 8, 16},
+    {"wgrad", 1, 65, 136, 576},          {"wgrad", 1, 576, 4096, 512},       {"wgrad", 1, 2112, 1024, 1536},
 };
 constexpr int64_t kAwkwardM[] = {1, 2, 3, 7, 17, 31, 63, 64, 65, 127, 128, 129, 255, 257, 511, 1000};
 constexpr int64_t kMaxFreshDim = 8192;
@@ -83,7 +84,7 @@ struct StressOptions {
   std::vector<int> devices{0};
   bool random_device = false;
   uint64_t seed = 1;
-  std::vector<GemmKind> kinds{GemmKind::kNormal, GemmKind::kGroupedContiguous, GemmKind::kGroupedMasked};
+  std::vector<std::string> kinds = shape_kind_names();
   int64_t max_m = 1024;
   int fresh_percent = 10;
   int64_t max_calls = 0;
@@ -101,7 +102,7 @@ StressOptions parse_options(int argc, const char* const* argv) {
                               .integer_list("devices", 0, 1023, "all")
                               .word("device-order", {"alternate", "random"})
                               .integer("seed", 0, INT64_MAX)
-                              .word_list("kinds", {"normal", "contiguous", "masked"})
+                              .word_list("kinds", shape_kind_names())
                               .integer("max-m", 1, 65536)
                               .integer("fresh-percent", 0, 100)
                               .integer("max-calls", 0, INT64_MAX)
@@ -119,12 +120,7 @@ StressOptions parse_options(int argc, const char* const* argv) {
   }
   o.random_device = args.text("device-order", "alternate") == "random";
   o.seed = uint64_t(args.integer("seed", int64_t(o.seed)));
-  if (args.has("kinds")) {
-    o.kinds.clear();
-    for (const std::string& k : args.words("kinds", {}))
-      o.kinds.push_back(k == "normal" ? GemmKind::kNormal
-                                      : k == "contiguous" ? GemmKind::kGroupedContiguous : GemmKind::kGroupedMasked);
-  }
+  if (args.has("kinds")) o.kinds = args.words("kinds", {});
   o.max_m = args.integer("max-m", o.max_m);
   o.fresh_percent = int(args.integer("fresh-percent", o.fresh_percent));
   o.max_calls = args.integer("max-calls", o.max_calls);
@@ -152,7 +148,7 @@ int64_t rows_upper_bound(const ProblemShape& s) {
 Call draw_call(std::mt19937_64& rng, const StressOptions& opt) {
   Call c;
   ProblemShape& s = c.shape;
-  s.kind = opt.kinds[rng() % opt.kinds.size()];
+  s = shape_of_kind(opt.kinds[rng() % opt.kinds.size()]);
   c.fresh = int(rng() % 100) < opt.fresh_percent;
   if (c.fresh) {
     s.groups = s.kind == GemmKind::kNormal ? 1 : int(1 + rng() % kMaxStressGroups);
@@ -169,7 +165,7 @@ Call draw_call(std::mt19937_64& rng, const StressOptions& opt) {
   } else {
     std::vector<const WarmShape*> of_kind;
     for (const WarmShape& w : kWarmShapes)
-      if (w.kind == s.kind) of_kind.push_back(&w);
+      if (std::string(w.kind) == s.kind_name()) of_kind.push_back(&w);
     const WarmShape& w = *of_kind[rng() % of_kind.size()];
     s.groups = w.groups;
     s.m = w.m;
@@ -190,6 +186,7 @@ Call draw_call(std::mt19937_64& rng, const StressOptions& opt) {
   c.data.seed = rng();
   if (s.kind == GemmKind::kGroupedMasked)
     for (int g = 0; g < s.groups; ++g) c.data.masked_m.push_back(int(rng() % uint64_t(s.m + 1)));
+  if (s.wgrad) c.data.c_aliases_d = rng() % 2 == 0;
   return c;
 }
 
@@ -203,8 +200,16 @@ std::string kernel_of(const GemmProblem& p, const Call& c, int num_sms) {
   q.k = c.shape.k;
   q.num_groups = c.shape.groups;
   q.sa_k_major = c.sa_k_major;
+  if (c.shape.wgrad) {
+    q.sb_per_row = true;
+    q.d_dtype = DType::kFloat32;
+    q.accumulate = true;
+    q.c_is_d = c.data.c_aliases_d;
+  }
   q.m = p.rows();
-  if (c.shape.kind == GemmKind::kGroupedMasked) {
+  if (c.shape.kind == GemmKind::kGroupedContiguousPsum) {
+    q.m = std::min<int64_t>(std::max<int64_t>(1, c.shape.m), p.rows());  // the expected_m GemmProblem::run passes
+  } else if (c.shape.kind == GemmKind::kGroupedMasked) {
     int expected = 1;
     for (int v : p.masked_m()) expected = std::max(expected, v);
     q.m = std::min<int64_t>(expected, c.shape.m);
@@ -212,7 +217,7 @@ std::string kernel_of(const GemmProblem& p, const Call& c, int num_sms) {
   }
   if (p.rows() == 0) return {};
   const std::string config = describe_config(q, num_sms);
-  return std::string(kind_name(q.kind)) + " N=" + std::to_string(q.n) + " K=" + std::to_string(q.k) +
+  return std::string(c.shape.kind_name()) + " N=" + std::to_string(q.n) + " K=" + std::to_string(q.k) +
          (q.sa_k_major ? " SA K-major " : " SA MN-major ") + config.substr(0, config.find(" tiles="));
 }
 
@@ -259,7 +264,8 @@ struct Shared {
 std::string describe_call(int device, int thread, int64_t index, const Call& c) {
   std::ostringstream os;
   os << "device " << device << " thread " << thread << " call " << index << ": " << c.shape.describe() << " SA "
-     << (c.sa_k_major ? "K-major" : "MN-major") << (c.fresh ? " (new shape)" : "") << " data seed " << c.data.seed;
+     << (c.sa_k_major ? "K-major" : "MN-major") << (c.shape.wgrad ? (c.data.c_aliases_d ? " C=D" : " C apart") : "")
+     << (c.fresh ? " (new shape)" : "") << " data seed " << c.data.seed;
   if (!c.data.masked_m.empty()) {
     os << " masked_m {";
     for (size_t g = 0; g < c.data.masked_m.size(); ++g) os << (g ? "," : "") << c.data.masked_m[g];
@@ -292,10 +298,13 @@ void worker(int thread_idx, Shared& shared) {
       GemmProblem problem(call.shape, call.data);
       problem.poison_output(stream);
       problem.run(call.sa_k_major, stream);
-      if (call.launch_twice) problem.run(call.sa_k_major, stream);
+      if (call.launch_twice) {
+        // D = C + A x B^T with C aliasing D adds the product again: start the second call from C too.
+        if (problem.wgrad() && problem.c_aliases_d()) problem.poison_output(stream);
+        problem.run(call.sa_k_major, stream);
+      }
       sync_and_check(stream, what);
-      const std::vector<uint16_t> out = problem.download_output();
-      const Verdict verdict = check_output(problem, gpu_reference(problem), out);
+      const Verdict verdict = check_download(problem, gpu_reference(problem));
       if (!verdict.ok) shared.report_failure(&device, what + ": " + verdict.summary);
       const std::string kernel = kernel_of(problem, call, device.library_sms);
       if (!kernel.empty()) {
@@ -410,7 +419,7 @@ int run_stress(int argc, char** argv) {
   // Per-device facts, as the CUDA runtime and as the library see them.
   const int sms_option = num_sms_from_environment();
   std::string kinds;
-  for (GemmKind k : opt.kinds) kinds += std::string(kinds.empty() ? "" : ",") + kind_name(k);
+  for (const std::string& k : opt.kinds) kinds += (kinds.empty() ? "" : ",") + k;
   std::printf("stress: finegemm %s, %d threads, %.0f s, %zu device(s) (%s order), kinds %s, seed %llu, max M %lld, "
               "%d%% new shapes, cache %s\n",
               version(), opt.threads, opt.seconds, ordinals.size(), opt.random_device ? "random" : "alternate",

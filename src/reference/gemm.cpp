@@ -142,6 +142,7 @@ struct Problem {
   const float* sa;
   const uint8_t* b;
   const float* sb;
+  bool sb_per_row;  // SB [n, KB] (1x128 blocks of B) rather than [ceil(n/128), KB]
   int64_t m, n, k, lda, num_k_blocks;
   double* d;
   double* abs_sum;  // may be null
@@ -152,6 +153,7 @@ struct Workspace {
   std::vector<double> b_block = std::vector<double>(kTileN * kBlockK);  // (kTileN, kBlockK)
   std::vector<double> s = std::vector<double>(kTileM * kTileN);         // (kTileM, kTileN)
   std::vector<double> s_abs = std::vector<double>(kTileM * kTileN);     // (kTileM, kTileN)
+  std::vector<double> sb = std::vector<double>(kTileN);                  // (kTileN): SB of each column, one K block
 };
 
 // Decodes rows [0, num_rows) x K block kb of an fp8 matrix (row stride ld) into out (tile_rows, kBlockK), zero-padded.
@@ -179,18 +181,19 @@ void run_tile(const Problem& p, int64_t tile_m, int64_t tile_n, const double* ta
     decode_block(p.b + n0 * p.k, p.k, cols, kb, p.k, table, kTileN, ws.b_block.data());
     block_sums(ws.a_block.data(), ws.b_block.data(), static_cast<int>(rows), static_cast<int>(cols), ws.s.data(),
                with_abs ? ws.s_abs.data() : nullptr);
-    const double sb = p.sb[n_block * p.num_k_blocks + kb];
+    // SB per column of the tile: one value (128x128 blocks; kTileN divides kBlockN) or one per row of B.
+    for (int64_t j = 0; j < cols; ++j)
+      ws.sb[j] = p.sb[(p.sb_per_row ? n0 + j : n_block) * p.num_k_blocks + kb];
     for (int64_t i = 0; i < rows; ++i) {
-      // SA * SB is exact in fp64 (two 24-bit significands).
-      const double scale = static_cast<double>(p.sa[(m0 + i) * p.num_k_blocks + kb]) * sb;
+      const double sa = p.sa[(m0 + i) * p.num_k_blocks + kb];
       double* d_row = p.d + (m0 + i) * p.n + n0;
       const double* s_row = ws.s.data() + i * kTileN;
-      for (int64_t j = 0; j < cols; ++j) d_row[j] += scale * s_row[j];
+      // SA * SB is exact in fp64 (two 24-bit significands).
+      for (int64_t j = 0; j < cols; ++j) d_row[j] += (sa * ws.sb[j]) * s_row[j];
       if (with_abs) {
-        const double abs_scale = std::fabs(scale);
         double* abs_row = p.abs_sum + (m0 + i) * p.n + n0;
         const double* s_abs_row = ws.s_abs.data() + i * kTileN;
-        for (int64_t j = 0; j < cols; ++j) abs_row[j] += abs_scale * s_abs_row[j];
+        for (int64_t j = 0; j < cols; ++j) abs_row[j] += std::fabs(sa * ws.sb[j]) * s_abs_row[j];
       }
     }
   }
@@ -200,10 +203,9 @@ void require(bool condition, const std::string& message) {
   if (!condition) throw std::invalid_argument("finegemm::reference::gemm_nt_reference: " + message);
 }
 
-}  // namespace
-
-std::vector<double> gemm_nt_reference(const uint8_t* a, const float* sa_k_major, const uint8_t* b, const float* sb,
-                                      int64_t m, int64_t n, int64_t k, std::vector<double>* abs_sum, int64_t lda) {
+std::vector<double> gemm_reference(const uint8_t* a, const float* sa_k_major, const uint8_t* b, const float* sb,
+                                   bool sb_per_row, int64_t m, int64_t n, int64_t k, std::vector<double>* abs_sum,
+                                   int64_t lda) {
   require(m >= 0 && n >= 0 && k >= 0,
           "negative shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
   if (lda == 0) lda = k;
@@ -218,7 +220,7 @@ std::vector<double> gemm_nt_reference(const uint8_t* a, const float* sa_k_major,
   std::array<double, 256> table;
   for (int code = 0; code < 256; ++code) table[code] = e4m3_to_float(static_cast<uint8_t>(code));
 
-  const Problem problem{a, sa_k_major, b, sb, m, n, k, lda, ceil_div(k, kBlockK), d.data(),
+  const Problem problem{a, sa_k_major, b, sb, sb_per_row, m, n, k, lda, ceil_div(k, kBlockK), d.data(),
                         abs_sum != nullptr ? abs_sum->data() : nullptr};
   const int64_t num_tiles_n = ceil_div(n, kTileN);
   const int64_t num_tiles = ceil_div(m, kTileM) * num_tiles_n;
@@ -242,6 +244,28 @@ std::vector<double> gemm_nt_reference(const uint8_t* a, const float* sa_k_major,
   worker(workspaces[0]);
   for (std::thread& thread : threads) thread.join();
   return d;
+}
+
+}  // namespace
+
+std::vector<double> gemm_nt_reference(const uint8_t* a, const float* sa_k_major, const uint8_t* b, const float* sb,
+                                      int64_t m, int64_t n, int64_t k, std::vector<double>* abs_sum, int64_t lda) {
+  return gemm_reference(a, sa_k_major, b, sb, false, m, n, k, abs_sum, lda);
+}
+
+std::vector<double> gemm_nt_reference_sb_per_row(const uint8_t* a, const float* sa_k_major, const uint8_t* b,
+                                                 const float* sb_per_row, int64_t m, int64_t n, int64_t k,
+                                                 std::vector<double>* abs_sum, int64_t lda) {
+  return gemm_reference(a, sa_k_major, b, sb_per_row, true, m, n, k, abs_sum, lda);
+}
+
+void add_c_to_reference(std::vector<double>& ref, const float* c, int64_t ld_c, int64_t m, int64_t n) {
+  if (m < 0 || n < 0 || ld_c < n || ref.size() != static_cast<size_t>(m * n) || (m * n > 0 && c == nullptr))
+    throw std::invalid_argument("finegemm::reference::add_c_to_reference: bad arguments (m=" + std::to_string(m) +
+                                ", n=" + std::to_string(n) + ", ld_c=" + std::to_string(ld_c) +
+                                ", reference of " + std::to_string(ref.size()) + " elements)");
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) ref[static_cast<size_t>(i * n + j)] += static_cast<double>(c[i * ld_c + j]);
 }
 
 }  // namespace finegemm::reference

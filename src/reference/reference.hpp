@@ -1,5 +1,6 @@
 // CPU reference numerics for finegemm: FP8/BF16 conversions, the 1x128 and 128x128 quantizers, scale layouts,
-// random problem generation, the dequantized fp64 reference GEMM and the output checks of DESIGN.md section 4.
+// random problem generation, the dequantized fp64 reference GEMM (B's scales per 128x128 block or per 1x128 row block,
+// with or without C) and the output checks (bf16 and fp32) of DESIGN.md section 4.
 //
 // Everything here runs on the host, depends on nothing but the C++ standard library, and is deterministic: the same
 // inputs (and seeds) give bit-identical results on every run and with any number of threads.
@@ -21,6 +22,7 @@ inline constexpr uint8_t kE4M3NaN = 0x7F;         // canonical e4m3 NaN (the onl
 inline constexpr uint8_t kE4M3MaxCode = 0x7E;     // +448
 inline constexpr int kScaleAlignMN = 4;           // MN-major SA: M padded to 4 floats (16-byte TMA stride rule)
 inline constexpr uint16_t kBf16Poison = 0xFFFF;   // a negative NaN: fill outputs with it to catch unwritten elements
+inline constexpr uint32_t kF32Poison = 0xFFFFFFFF;  // the same for fp32 outputs
 
 // ---- Conversions --------------------------------------------------------------------------------------------------
 // All conversions are bit-exact with CUDA's host implementations in <cuda_fp8.h> / <cuda_bf16.h> except where noted.
@@ -115,6 +117,18 @@ void fill_quantized_normal_fp8(std::vector<uint8_t>& codes, std::vector<float>& 
 std::vector<double> gemm_nt_reference(const uint8_t* a, const float* sa_k_major, const uint8_t* b, const float* sb,
                                       int64_t m, int64_t n, int64_t k, std::vector<double>* abs_sum = nullptr,
                                       int64_t lda = 0);
+// The same with B's scales per 1x128 row block (the weight-gradient GEMM, both operands quantized per token):
+//   D[m,n] = sum over kb = 0, 1, ..., KB-1 (in that order) of (double(SA[m,kb]) * double(SB[n,kb])) * S(m,n,kb),
+// sb_per_row SB [n, KB] row-major, everything else as above. The exactness argument carries over unchanged: SA*SB is
+// still the product of two floats (exact in fp64) and S does not depend on the scales.
+std::vector<double> gemm_nt_reference_sb_per_row(const uint8_t* a, const float* sa_k_major, const uint8_t* b,
+                                                 const float* sb_per_row, int64_t m, int64_t n, int64_t k,
+                                                 std::vector<double>* abs_sum = nullptr, int64_t lda = 0);
+
+// D = C + A x B^T: adds C [m, n] (fp32, row stride ld_c elements) to a reference D [m, n] in fp64, element by element
+// (one fp64 rounding each; exact whenever the two share a 53-bit window). The accumulation magnitude (abs_sum) is the
+// product's alone: see check_f32_output.
+void add_c_to_reference(std::vector<double>& ref, const float* c, int64_t ld_c, int64_t m, int64_t n);
 
 // ---- Checks -------------------------------------------------------------------------------------------------------
 
@@ -147,5 +161,18 @@ struct CheckResult {
 // unwritten element) or inf is always bad.
 CheckResult check_bf16_output(const uint16_t* out_bf16, int64_t ld_out, const double* ref, const double* abs_sum,
                               int64_t m, int64_t n, double max_diff = 1e-5, double accum_tolerance = 0x1p-20);
+
+// Checks an fp32 output [m, n] (row stride ld_out elements) the same way. Element (i, j) passes when out is finite and
+//   |out - ref| <= (1 + 2^-23) * (2^-24 * |ref| + accum_tolerance * abs_sum[i, j]).
+// 2^-24 * |ref| is the largest error of rounding ref to fp32 (half an fp32 ulp); the accumulation term covers the
+// GPU's fp32 promotions as for bf16, where it is the whole error budget but for that one rounding. With C
+// (D = C + A x B^T, ref from add_c_to_reference), the kernel rounds once more: out = fl(acc + C) with acc the product
+// off by e, so |out - ref| <= |e| (1 + 2^-24) + 2^-24 |ref|, plus ref's own fp64 rounding (2^-53 |ref|); the factor
+// (1 + 2^-23) covers both. abs_sum stays the product's magnitude and must not include |C|: a C added at lower
+// precision (rounded to bf16: up to 2^-9 |C|) would then hide under accum_tolerance * |C| with the tolerances
+// measured for the tensor cores (2^-9). With abs_sum == nullptr it uses |ref| in place of abs_sum.
+// An fp32 NaN (kF32Poison left in an unwritten element) or inf is always bad.
+CheckResult check_f32_output(const float* out, int64_t ld_out, const double* ref, const double* abs_sum, int64_t m,
+                             int64_t n, double max_diff = 1e-5, double accum_tolerance = 0x1p-20);
 
 }  // namespace finegemm::reference

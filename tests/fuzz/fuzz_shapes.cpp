@@ -1,10 +1,10 @@
 // libFuzzer target: shape-file parsing (tools/lib/shapes: parse_shapes).
 //
 // Contract checked: parse_shapes returns shapes or throws std::runtime_error (with the origin and line number),
-// nothing else. On success every shape is in range (groups 1..65536, normal GEMMs with one group, 0 < n, k and
-// m, n, k <= 2^31), each shape holds exactly the values written on its line (one shape per data line, in order; a
-// line is skipped when empty, a '#' comment, or the header), and writing the shapes back as CSV parses to the same
-// shapes.
+// nothing else. On success every shape is in range (groups 1..65536, normal and wgrad GEMMs with one group,
+// 0 < n, k and m, n, k <= 2^31), each shape holds exactly the values written on its line (one shape per data line, in
+// order; a line is skipped when empty, a '#' comment, or the header), and writing the shapes back as CSV parses to
+// the same shapes.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,17 +33,22 @@ void require(bool condition, const char* what) {
   if (!condition) fail(what);
 }
 
-const char* kind_name(GemmKind kind) {
-  switch (kind) {
+const char* kind_name(const ProblemShape& s) {
+  if (s.wgrad) {
+    require(s.kind == GemmKind::kNormal, "a wgrad shape of a grouped kind");
+    return "wgrad";
+  }
+  switch (s.kind) {
     case GemmKind::kNormal: return "normal";
     case GemmKind::kGroupedContiguous: return "contiguous";
     case GemmKind::kGroupedMasked: return "masked";
+    case GemmKind::kGroupedContiguousPsum: return "psum";
   }
   fail("unknown GemmKind");
 }
 
 bool same_shape(const ProblemShape& a, const ProblemShape& b) {
-  return a.kind == b.kind && a.groups == b.groups && a.m == b.m && a.n == b.n && a.k == b.k;
+  return a.kind == b.kind && a.wgrad == b.wgrad && a.groups == b.groups && a.m == b.m && a.n == b.n && a.k == b.k;
 }
 
 // The first five comma-separated cells of each data line, by the file format's rules (not the parser's code).
@@ -87,7 +92,7 @@ void check_shapes(const std::string& text, const std::vector<ProblemShape>& shap
     const auto& cells = lines[i];
     const ProblemShape& s = shapes[i];
     require(cells.size() == 5, "a shape from a line with fewer than five cells");
-    require(cells[0] == kind_name(s.kind), "the kind differs from the line's");
+    require(cells[0] == kind_name(s), "the kind differs from the line's");
     require(cell_value(cells[1]) == s.groups, "groups differs from the line's value");
     require(cell_value(cells[2]) == s.m, "m differs from the line's value");
     require(cell_value(cells[3]) == s.n, "n differs from the line's value");
@@ -97,7 +102,7 @@ void check_shapes(const std::string& text, const std::vector<ProblemShape>& shap
   std::ostringstream csv;
   csv << "kind,groups,m,n,k\n";
   for (const ProblemShape& s : shapes)
-    csv << kind_name(s.kind) << ',' << s.groups << ',' << s.m << ',' << s.n << ',' << s.k << '\n';
+    csv << kind_name(s) << ',' << s.groups << ',' << s.m << ',' << s.n << ',' << s.k << '\n';
   const std::vector<ProblemShape> again = finegemm::tools::parse_shapes(csv.str(), kOrigin);
   require(again.size() == shapes.size(), "the shapes written back parse to a different count");
   for (size_t i = 0; i < shapes.size(); ++i) require(same_shape(again[i], shapes[i]), "the shapes do not round-trip");

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -35,12 +37,12 @@ namespace {
 
 class Gpu : public ft::GpuTest {
  protected:
-  /// Runs `problem` with poisoned output and checks it; returns the verdict.
+  /// Runs `problem` with poisoned output (wgrad with C aliasing D: D = C) and checks it; returns the verdict.
   ft::Verdict run_and_check(ft::GemmProblem& problem, bool k_major) {
     problem.poison_output(stream_);
     problem.run(k_major, stream_);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return ft::check_output(problem, ft::gpu_reference(problem), problem.download_output());
+    return ft::check_download(problem, ft::gpu_reference(problem));
   }
 
   void precompile(const std::vector<ft::ProblemShape>& shapes) {
@@ -84,6 +86,20 @@ ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t 
   s.n = n;
   s.k = k;
   return s;
+}
+
+/// The weight-gradient GEMM: fp32 D = C + A x B^T, 1x128 scales on both operands.
+ft::ProblemShape wgrad(int64_t m, int64_t n, int64_t k) {
+  ft::ProblemShape s = shape(GemmKind::kNormal, 1, m, n, k);
+  s.wgrad = true;
+  return s;
+}
+
+/// The bits of an fp32 output, for bitwise comparisons (NaN == NaN).
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * 4);
+  return out;
 }
 
 }  // namespace
@@ -747,21 +763,25 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // tiles per CTA through the 128-row ping-pong path and the overlapped epilogue), one split-K case (63x576x7168:
   // two CTAs of a cluster, partial sums through distributed shared memory), one with B loaded two stages per wait
   // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one with 128x192 half batches (769x3072x768:
-  // 6 K blocks, SB read by every math thread), one contiguous, one masked. The dense wide tail has a case of its own
-  // (SanitizerWideTail).
+  // 6 K blocks, SB read by every math thread), one contiguous, one masked, and two weight-gradient cases (1x128 SB,
+  // C's tile loaded into the output tile): 65x136x576 with C aliasing D, 300x264x640 with a separate C. The dense
+  // wide tail has a case of its own (SanitizerWideTail).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
                                      shape(GemmKind::kNormal, 1, 129, 7232, 1408),
                                      shape(GemmKind::kNormal, 1, 769, 3072, 768),
                                      shape(GemmKind::kGroupedContiguous, 3, 100, 576, 256),
-                                     shape(GemmKind::kGroupedMasked, 3, 130, 576, 256)};
+                                     shape(GemmKind::kGroupedMasked, 3, 130, 576, 256),
+                                     wgrad(65, 136, 576),
+                                     wgrad(300, 264, 640)};
   int i = 0;
   for (const auto& s : shapes)
     for (bool k_major : {false, true}) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(40 + i++);
       if (s.kind == GemmKind::kGroupedMasked) opt.masked_m = {130, 0, 65};
+      opt.c_aliases_d = s.m != 300;
       ft::GemmProblem p(s, opt);
       const ft::Verdict v = run_and_check(p, k_major);
       EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
@@ -925,3 +945,183 @@ TEST_F(Gpu, HostAndForeignPointersAreRejectedBeforeAnyWrite) {
   FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (uint16_t v : p.download_output()) ASSERT_EQ(v, ft::GemmProblem::kPoison);
 }
+
+// ---- the weight-gradient GEMM (gemm_fp8_fp8_nt: 1x128 scales on both operands, fp32 D = C + A x B^T) ------------
+
+TEST_F(Gpu, WgradSeedShapes) {
+  const std::vector<ft::ProblemShape> shapes =
+      ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3_wgrad.csv"));
+  ASSERT_EQ(shapes.size(), 7u);
+  precompile(shapes);
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ASSERT_TRUE(s.wgrad) << s.describe();
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(3000 + i++);
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[wgrad] %-36s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
+                  v.summary.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << "\n" << v.summary;
+    }
+}
+
+// Small and unaligned M and N, K of one partial block up to 56 blocks, K not a multiple of 128; C aliasing D and a
+// separate C (D poisoned: every element must be written), both SA layouts, uniform codes and normal values.
+TEST_F(Gpu, WgradAwkwardShapes) {
+  std::vector<ft::ProblemShape> shapes;
+  for (int64_t m : {1, 7, 65, 129, 300})
+    for (int64_t n : {8, 24, 136, 264})
+      for (int64_t k : {16, 112, 576, 640, 7168}) shapes.push_back(wgrad(m, n, k));
+  precompile(shapes);
+  int i = 0, failures = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(3100 + i);
+      opt.c_aliases_d = (i / 2) % 2 == 0;
+      opt.data = i % 3 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
+      ++i;
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      if (!v.ok) ++failures;
+      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major")
+                        << (opt.c_aliases_d ? " C=D" : " C apart") << "\n" << v.summary;
+    }
+  std::printf("[wgrad-awkward] %zu cases, %d failures\n", shapes.size() * 2, failures);
+}
+
+// C = D and a separate C give the same D bit for bit (one fp32 add of the same values); a separate C is only read.
+TEST_F(Gpu, WgradCAliasingDOrNot) {
+  for (const ft::ProblemShape& s : {wgrad(300, 264, 640), wgrad(1000, 4096, 1536), wgrad(129, 2112, 7168)})
+    for (bool k_major : {false, true}) {
+      std::vector<uint32_t> outputs[2];
+      for (bool alias : {true, false}) {
+        ft::ProblemOptions opt;
+        opt.seed = 3200;
+        opt.c_aliases_d = alias;
+        ft::GemmProblem p(s, opt);
+        const ft::Verdict v = run_and_check(p, k_major);
+        EXPECT_TRUE(v.ok) << s.describe() << (alias ? " C=D" : " C apart") << "\n" << v.summary;
+        outputs[alias] = bits_of(p.download_output_f32());
+        if (!alias) {
+          const std::vector<float> c_after = p.c.download_as<float>(p.host_c.size());
+          EXPECT_TRUE(bits_of(c_after) == bits_of(p.host_c)) << s.describe() << ": the call wrote into C";
+        }
+      }
+      EXPECT_TRUE(outputs[0] == outputs[1]) << s.describe() << (k_major ? " K-major" : " MN-major")
+                                            << ": C = D and a separate C differ";
+    }
+}
+
+TEST_F(Gpu, WgradDeterministicAcrossRuns) {
+  for (const ft::ProblemShape& s : {wgrad(4096, 4096, 2048), wgrad(576, 4096, 7168), wgrad(65, 264, 640)})
+    for (bool alias : {true, false}) {
+      ft::ProblemOptions opt;
+      opt.seed = 6;
+      opt.c_aliases_d = alias;
+      ft::GemmProblem p(s, opt);
+      std::vector<uint32_t> first;
+      for (int run = 0; run < 10; ++run) {
+        p.poison_output(stream_);  // D = C again (C = D), or poisoned (a separate C)
+        p.run(false, stream_);
+        FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        const std::vector<uint32_t> out = bits_of(p.download_output_f32());
+        if (run == 0) {
+          first = out;
+          EXPECT_TRUE(ft::check_download(p, ft::gpu_reference(p)).ok) << s.describe();
+        } else {
+          ASSERT_TRUE(out == first) << s.describe() << (alias ? " C=D" : " C apart") << " differs on run " << run;
+        }
+      }
+    }
+}
+
+// A captured call replays to the eager call's D, bit for bit; with C = D each replay adds the product again, so D is
+// reset to C before each.
+TEST_F(Gpu, WgradGraphReplayEqualsEager) {
+  for (const ft::ProblemShape& s : {wgrad(1024, 2112, 1536), wgrad(7, 136, 576)})
+    for (bool alias : {true, false}) {
+      ft::ProblemOptions opt;
+      opt.seed = 7;
+      opt.c_aliases_d = alias;
+      ft::GemmProblem p(s, opt);
+      p.poison_output(stream_);
+      p.run(true, stream_);  // compile and build the plan outside the capture
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const std::vector<uint32_t> eager = bits_of(p.download_output_f32());
+      EXPECT_TRUE(ft::check_download(p, ft::gpu_reference(p)).ok) << s.describe();
+      const cudaGraphExec_t exec = capture(stream_, [&] { p.run(true, stream_); });
+      for (int replay = 0; replay < 3; ++replay) {
+        p.poison_output(stream_);
+        FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+        FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        EXPECT_TRUE(bits_of(p.download_output_f32()) == eager)
+            << s.describe() << (alias ? " C=D" : " C apart") << ": replay " << replay << " differs from eager";
+      }
+      cudaGraphExecDestroy(exec);
+    }
+}
+
+// Each bad input raises finegemm::Error before anything is enqueued: D (poisoned, C apart) stays as it was.
+TEST_F(Gpu, WgradBadInputsLeaveDUntouched) {
+  const ft::ProblemShape s = wgrad(64, 264, 640);
+  ft::ProblemOptions opt;
+  opt.seed = 8;
+  opt.c_aliases_d = false;
+  ft::GemmProblem p(s, opt);
+  p.poison_output(stream_);
+  const int64_t m = s.m, n = s.n, k = s.k, kb = p.kb();
+  const fg::TensorView a = fg::TensorView::contiguous(p.a.get(), fg::DType::kFloat8E4M3, {m, k});
+  const fg::TensorView sa = fg::TensorView::contiguous(p.sa_k_major.get(), fg::DType::kFloat32, {m, kb});
+  const fg::TensorView b = fg::TensorView::contiguous(p.b.get(), fg::DType::kFloat8E4M3, {n, k});
+  const fg::TensorView sb = fg::TensorView::strided(p.sb.get(), fg::DType::kFloat32, {n, kb}, {1, p.sb_n_pad()});
+  const fg::TensorView d = fg::TensorView::contiguous(p.d.get(), fg::DType::kFloat32, {m, n});
+  const fg::TensorView c = fg::TensorView::contiguous(p.c.get(), fg::DType::kFloat32, {m, n});
+  const fg::TensorView d_bf16 = fg::TensorView::contiguous(p.d.get(), fg::DType::kBFloat16, {m, n});
+  // C on D's memory, rows 4 floats longer (within D's buffer: the first M - 1 rows).
+  const fg::TensorView c_strided = fg::TensorView::strided(p.d.get(), fg::DType::kFloat32, {m / 2, n}, {n + 4, 1});
+  const fg::TensorView d_half = fg::TensorView::contiguous(p.d.get(), fg::DType::kFloat32, {m / 2, n});
+  const fg::TensorView c_shifted =
+      fg::TensorView::contiguous(p.d.as<float>() + 4 * n, fg::DType::kFloat32, {m / 2, n});
+  const fg::TensorView sb_k_major = fg::TensorView::contiguous(p.sb_k_major.get(), fg::DType::kFloat32, {n, kb});
+  const fg::TensorView sb_wrong = fg::TensorView::strided(p.sb.get(), fg::DType::kFloat32, {n - 8, kb}, {1, n});
+  const fg::TensorView a_half = fg::TensorView::contiguous(p.a.get(), fg::DType::kFloat8E4M3, {m / 2, k});
+  const fg::TensorView sa_half = fg::TensorView::contiguous(p.sa_k_major.get(), fg::DType::kFloat32, {m / 2, kb});
+  const fg::Stream st = reinterpret_cast<fg::Stream>(stream_);
+  const struct {
+    const char* name;
+    std::function<void()> call;
+    const char* needle;
+  } cases[] = {
+      {"C with a bf16 D", [&] { fg::gemm_fp8_fp8_nt(a, sa, b, sb, d_bf16, c, st); },
+       "C (D = C + A x B^T) needs a float32 D"},
+      {"C on D's memory with another stride", [&] { fg::gemm_fp8_fp8_nt(a_half, sa_half, b, sb, d_half, c_strided, st); },
+       "C is D's memory with another row stride"},
+      {"C overlapping D", [&] { fg::gemm_fp8_fp8_nt(a_half, sa_half, b, sb, d_half, c_shifted, st); },
+       "C overlaps D without being D"},
+      {"SB K-major per row", [&] { fg::gemm_fp8_fp8_nt(a, sa, b, sb_k_major, d, c, st); },
+       "1x128 SB must be MN-major and TMA-aligned"},
+      {"SB of the wrong shape", [&] { fg::gemm_fp8_fp8_nt(a, sa, b, sb_wrong, d, c, st); },
+       "SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 blocks)"},
+  };
+  for (const auto& t : cases) {
+    try {
+      t.call();
+      ADD_FAILURE() << t.name << ": accepted";
+    } catch (const fg::Error& e) {
+      EXPECT_EQ(int(e.kind()), int(fg::Error::Kind::kInvalidArgument)) << t.name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(t.needle), std::string::npos) << t.name << ": " << e.what();
+    }
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<uint32_t> after = p.d.download_as<uint32_t>(size_t(m * n));
+    EXPECT_EQ(std::count(after.begin(), after.end(), ft::GemmProblem::kPoisonF32), int64_t(m * n))
+        << t.name << ": D was written";
+  }
+  // The same tensors, valid, then run and check (the premise: the cases above differ only in what they name).
+  p.run(true, stream_);
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  EXPECT_TRUE(ft::check_download(p, ft::gpu_reference(p)).ok);
+}
+

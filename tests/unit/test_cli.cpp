@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,7 +23,9 @@
 
 namespace fs = std::filesystem;
 namespace ft = finegemm::tools;
+using finegemm::DType;
 using finegemm::GemmKind;
+using finegemm::Problem;
 
 namespace {
 
@@ -114,11 +117,14 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"bench --iters 5 --iters 6", "finegemm bench: --iters given twice"},
       {"bench --flush fast", "finegemm bench: --flush takes one of memset, read, none, got 'fast'"},
       {"bench --kinds normal,dense",
-       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, got "
-       "'normal,dense'"},
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, wgrad, "
+       "got 'normal,dense'"},
       {"bench --kinds normal,normal",
-       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, got "
-       "'normal,normal'"},
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, wgrad, "
+       "got 'normal,normal'"},
+      {"bench --kinds wgrad,dgrad",
+       "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, wgrad, "
+       "got 'wgrad,dgrad'"},
       {"bench --shapes " + (inputs / "missing.csv").string(),
        "finegemm bench: --shapes takes an existing file, got '" + (inputs / "missing.csv").string() + "'"},
       {"bench --ceiling=yes", "finegemm bench: --ceiling takes no value, got 'yes'"},
@@ -152,6 +158,8 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"check --cases -3", "finegemm check: --cases takes an integer in 1..1000000, got '-3'"},
       {"check --cpu --seed x1", "finegemm check: --seed takes an integer in 0..9223372036854775807, got 'x1'"},
       {"check --cpu --corrupt extra", "finegemm check: unexpected argument 'extra' (options: "},
+      {"check --kinds wgrad,", "finegemm check: --kinds takes a comma list of distinct words from normal, contiguous, "
+                               "masked, psum, wgrad, got 'wgrad,'"},
       {"warmup " + shapes, "finegemm warmup: unexpected argument '" + shapes + "' (options: "},
       {"warmup --jobs 0", "finegemm warmup: --jobs takes an integer in 1..1024, got '0'"},
       {"warmup --m-range 5:2", "finegemm warmup: --m-range takes LO:HI with 1 <= LO <= HI <= 2147483648, got '5:2'"},
@@ -160,8 +168,11 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"warmup --n 576,x --k 512",
        "finegemm warmup: --n takes a comma list of distinct integers in 1..2147483648, got '576,x'"},
       {"warmup --n 576 --k 512 --kind dense",
-       "finegemm warmup: --kind takes one of normal, contiguous, masked, psum, got 'dense'"},
+       "finegemm warmup: --kind takes one of normal, contiguous, masked, psum, wgrad, got 'dense'"},
       {"warmup --n 576 --k 512 --groups 4", "finegemm warmup: --groups takes 1 with --kind normal, got '4'"},
+      {"warmup --n 576 --k 512 --kind wgrad --groups 2",
+       "finegemm warmup: --groups takes 1 with --kind wgrad, got '2'"},
+      {"warmup --kind wgrad", "finegemm warmup: --kind describes the --n/--k shapes, got no --n/--k"},
       {"warmup --shapes " + shapes + " --n 576 --k 512",
        "finegemm warmup: --shapes and --n/--k are alternatives, got both"},
       {"plan --sms abc", "finegemm plan: --sms takes an integer in 1..1024, got 'abc'"},
@@ -260,6 +271,27 @@ TEST(Cli, CheckFailsOnACorruptedOutput) {
   EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 3 --cases 1 --corrupt"), std::string::npos) << bad;
 }
 
+TEST(Cli, CheckOfTheWgradCheckerFailsOnACorruptedOutput) {
+  // The fp32 check with C (wgrad) on the CPU: passes on a correct output, fails on one flipped element.
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string good = run_command(kCli + " check --cpu --cases 4 --seed 5 --kinds wgrad", &status);
+  EXPECT_EQ(status, 0) << good;
+  EXPECT_NE(good.find("4 passed, 0 failed"), std::string::npos) << good;
+  EXPECT_NE(good.find("case 3  cpu wgrad M="), std::string::npos) << good;
+  EXPECT_EQ(good.find("cpu bf16"), std::string::npos) << good;
+  const std::string bad = run_command(kCli + " check --cpu --cases 4 --seed 5 --kinds wgrad --corrupt", &status);
+  EXPECT_EQ(status, 1) << bad;
+  EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 5 --cases 1 --corrupt --kinds wgrad"),
+            std::string::npos)
+      << bad;
+  // With every kind (the default), the cases alternate between the bf16 and the fp32 checks.
+  const std::string both = run_command(kCli + " check --cpu --cases 2 --seed 5", &status);
+  EXPECT_EQ(status, 0) << both;
+  EXPECT_NE(both.find("case 0  cpu bf16 M="), std::string::npos) << both;
+  EXPECT_NE(both.find("case 1  cpu wgrad M="), std::string::npos) << both;
+}
+
 // ---- warmup and plan ---------------------------------------------------------------------------------------------
 
 TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
@@ -295,6 +327,47 @@ TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
                                  (dir / "shapes.csv").string() + " --m-range 1:300 --sms 132 --jobs 1");
   EXPECT_EQ(compiled_count(copied), 0) << copied;
   fs::remove_all(dir);
+}
+
+TEST(Cli, WarmupCompilesTheWgradKernels) {
+  // The weight-gradient kernels are kernels of their own: a cache warmed for the forward GEMM of the same N and K
+  // does not hold them, and a shape file's wgrad rows and --kind wgrad warm the same ones.
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path dir = temp_dir(), cache = dir / "cache";
+  std::ofstream(dir / "normal.csv") << "kind,groups,m,n,k\nnormal,1,64,256,640\n";
+  std::ofstream(dir / "wgrad.csv") << "kind,groups,m,n,k\nwgrad,1,64,256,640\n";
+  const std::string env = "FINEGEMM_CACHE_DIR=" + cache.string() + " ";
+  const std::string range = " --m-range 1:200 --sms 132 --jobs 2";
+  int status = -1;
+  std::string out = run_command(env + kCli + " warmup --shapes " + (dir / "normal.csv").string() + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_GT(compiled_count(out), 0) << out;
+  out = run_command(env + kCli + " warmup --shapes " + (dir / "wgrad.csv").string() + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_GT(compiled_count(out), 0) << "the wgrad kernels differ from the forward ones: " << out;
+  out = run_command(env + kCli + " warmup --n 256 --k 640 --kind wgrad" + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(compiled_count(out), 0) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, PlanPrintsTheWgradPicks) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string out =
+      run_command(kCli + " plan --shapes " + std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3_wgrad.csv",
+                  &status);
+  EXPECT_EQ(status, 0) << out;
+  std::istringstream lines(out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++count;
+    EXPECT_EQ(line.rfind("wgrad        1 ", 0), 0u) << line;
+    EXPECT_NE(line.find(" sb=1x128 out=fp32,+=D "), std::string::npos) << line;  // C is D, as training passes it
+    EXPECT_EQ(line.find("BM=256"), std::string::npos) << line;
+  }
+  EXPECT_EQ(count, 7) << out;
+  EXPECT_NE(out.find("wgrad        1   7168   4096  16384 | BM="), std::string::npos) << out;
 }
 
 TEST(Cli, PlanPrintsTheHeuristicsPickWithoutAGpu) {
@@ -349,13 +422,88 @@ TEST(Shapes, UnsupportedShapesAreSetAsideWithTheirReason) {
   EXPECT_EQ(seed.size(), count);
 }
 
+TEST(Shapes, WgradRowsAreDenseWeightGradientShapes) {
+  const std::vector<ft::ProblemShape> shapes = ft::parse_shapes(
+      "kind,groups,m,n,k,note\n"
+      "wgrad,1,7168,4096,16384,weight gradient\n"
+      "normal,1,64,7168,2048\n",
+      "test");
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].kind, GemmKind::kNormal);
+  EXPECT_TRUE(shapes[0].wgrad);
+  EXPECT_STREQ(shapes[0].kind_name(), "wgrad");
+  EXPECT_EQ(shapes[0].describe(), "wgrad G=1 M=7168 N=4096 K=16384");
+  EXPECT_FALSE(shapes[1].wgrad);
+  EXPECT_STREQ(shapes[1].kind_name(), "normal");
+  // The heuristic sees 1x128 scales of B, an fp32 D and accumulation (C is D).
+  for (bool k_major : {false, true}) {
+    const Problem p = ft::problem_of(shapes[0], k_major);
+    EXPECT_EQ(p.kind, GemmKind::kNormal);
+    EXPECT_TRUE(p.sb_per_row);
+    EXPECT_EQ(p.d_dtype, DType::kFloat32);
+    EXPECT_TRUE(p.accumulate);
+    EXPECT_TRUE(p.c_is_d);
+    EXPECT_EQ(p.sa_k_major, k_major);
+    EXPECT_EQ(p.m, 7168);
+    const Problem q = ft::problem_of(shapes[1], k_major);
+    EXPECT_FALSE(q.sb_per_row);
+    EXPECT_EQ(q.d_dtype, DType::kBFloat16);
+    EXPECT_FALSE(q.accumulate);
+  }
+  // Every kind name round-trips, and nothing else is a kind.
+  for (const std::string& name : ft::shape_kind_names()) EXPECT_EQ(ft::shape_of_kind(name).kind_name(), name);
+  EXPECT_THROW(ft::shape_of_kind("dgrad"), std::invalid_argument);
+  // The DeepSeek-V3 weight-gradient shapes: seven, each M x 4096 x K, every one supported with both SA layouts.
+  std::vector<ft::ProblemShape> wgrad =
+      ft::read_shape_file(std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3_wgrad.csv");
+  ASSERT_EQ(wgrad.size(), 7u);
+  for (const ft::ProblemShape& s : wgrad) {
+    EXPECT_TRUE(s.wgrad) << s.describe();
+    EXPECT_EQ(s.n, 4096) << s.describe();
+  }
+  const size_t count = wgrad.size();
+  EXPECT_TRUE(ft::remove_unsupported(wgrad, false).empty());
+  EXPECT_TRUE(ft::remove_unsupported(wgrad, true).empty());
+  EXPECT_EQ(wgrad.size(), count);
+}
+
+TEST(Shapes, PsumRowsAreContiguousGemmsGivenByGroupEnds) {
+  const std::vector<ft::ProblemShape> shapes = ft::parse_shapes(
+      "kind,groups,m,n,k,note\n"
+      "psum,8,512,4096,7168,prefill by group ends\n"
+      "contiguous,8,512,4096,7168\n",
+      "test");
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].kind, GemmKind::kGroupedContiguousPsum);
+  EXPECT_FALSE(shapes[0].wgrad);
+  EXPECT_STREQ(shapes[0].kind_name(), "psum");
+  EXPECT_EQ(shapes[0].describe(), "psum G=8 M=512 N=4096 K=7168");
+  EXPECT_STREQ(shapes[1].kind_name(), "contiguous");
+  // The heuristic sees the rows per group (the expected_m hint), where the contiguous layout gives M_sum.
+  for (bool k_major : {false, true}) {
+    std::vector<ft::ProblemShape> both = shapes;
+    EXPECT_TRUE(ft::remove_unsupported(both, k_major).empty());
+    const Problem p = ft::problem_of(shapes[0], k_major);
+    EXPECT_EQ(p.kind, GemmKind::kGroupedContiguousPsum);
+    EXPECT_EQ(p.m, 512);
+    EXPECT_EQ(p.num_groups, 8);
+    EXPECT_FALSE(p.sb_per_row);
+    EXPECT_EQ(p.d_dtype, DType::kBFloat16);
+    EXPECT_EQ(ft::problem_of(shapes[1], k_major).m, 8 * 512);
+  }
+  EXPECT_EQ(ft::shape_kind_names(), (std::vector<std::string>{"normal", "contiguous", "masked", "psum", "wgrad"}));
+}
+
 TEST(Shapes, MalformedLinesAreRejectedWithTheirLineNumber) {
   const struct {
     const char* text;
     const char* message;
   } cases[] = {
       {"kind,groups,m,n,k\nnormal,1,64,576\n", "f.csv:2: expected kind,groups,m,n,k"},
-      {"kind,groups,m,n,k\n# note\ndense,1,64,576,256\n", "f.csv:3: kind must be normal, contiguous, masked or psum"},
+      {"kind,groups,m,n,k\n# note\ndense,1,64,576,256\n",
+       "f.csv:3: kind must be normal, contiguous, masked, psum or wgrad"},
+      {"wgrad,4,7168,4096,16384\n", "f.csv:1: wgrad GEMMs have groups=1"},
+      {"Wgrad,1,7168,4096,16384\n", "f.csv:1: kind must be normal, contiguous, masked, psum or wgrad, got 'Wgrad'"},
       {"normal,1,-64,576,256\n", "f.csv:1: expected a non-negative integer, got '-64'"},
       {"masked,0,64,576,256\n", "f.csv:1: groups must be in 1..65536"},
       {"normal,2,64,576,256\n", "f.csv:1: normal GEMMs have groups=1"},

@@ -466,3 +466,82 @@ TEST(Heuristics, ConstraintsParseStrictlyAndRestrictThePick) {
     EXPECT_NE(std::string(e.what()).find("with FINEGEMM_FORCE_CONFIG=bm=256,bn=96"), std::string::npos) << e.what();
   }
 }
+
+// The weight-gradient GEMM (gemm_fp8_fp8_nt with 1x128 scales of B, fp32 D = C + A x B^T): every pick within the
+// filters that 1x128 scales and accumulation add, over awkward and DeepSeek-V3 shapes, both SA layouts, and C apart
+// from D (C's tile loaded, no split-K) or C being D (D reduced into by TMA).
+TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
+  namespace fd = finegemm::device;
+  for (bool c_is_d : {false, true})
+    for (bool sa_k_major : {false, true})
+      for (int64_t m : {1, 7, 65, 129, 300, 576, 4096, 32768})
+        for (int64_t n : {8, 24, 136, 264, 576, 4096, 7168})
+          for (int64_t k : {16, 112, 576, 640, 1536, 7168, 16384}) {
+            Problem p = dense(m, n, k);
+            p.sa_k_major = sa_k_major;
+            p.sb_per_row = true;
+            p.d_dtype = finegemm::DType::kFloat32;
+            p.accumulate = true;
+            p.c_is_d = c_is_d;
+            const auto c = fh::select_config(p, 132);
+            SCOPED_TRACE(::testing::Message() << m << "x" << n << "x" << k << " sa_k_major=" << sa_k_major
+                                              << " c_is_d=" << c_is_d << ": " << c.describe());
+            if (!c_is_d) EXPECT_EQ(c.split_k, 1) << "C's tile is loaded for the CTA that stores the tile only";
+            EXPECT_NE(c.block_m, 256) << "no 256-row tiles with 1x128 scales of B";
+            EXPECT_LE(c.block_n, c.block_m == 64 ? 128 : 160) << "the columns' scales take registers";
+            EXPECT_EQ(c.sb_mode, fd::kSbRowMnMajor);
+            EXPECT_EQ(c.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC);
+            EXPECT_FALSE(c.wide_tail);
+            EXPECT_LE(c.smem_bytes, 232448);
+            EXPECT_EQ(uint32_t(c.smem_bytes),
+                      fd::gemm_smem_launch_bytes(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.num_stages),
+                                                 uint32_t(k), uint32_t(c.split_k), c.sa_mode, c.sb_mode, c.output));
+            EXPECT_GE(c.num_stages, 3);
+            EXPECT_LE(c.grid, 132);
+            EXPECT_NE(c.describe().find(c_is_d ? " sb=1x128 out=fp32,+=D" : " sb=1x128 out=fp32,C"),
+                      std::string::npos);
+          }
+  // Every candidate the filters leave open obeys the same rules, each rejected one says why.
+  Problem p = dense(64, 1536, 7168);  // a shape whose forward pick splits K
+  p.sb_per_row = true;
+  p.d_dtype = finegemm::DType::kFloat32;
+  EXPECT_EQ(fh::select_config(dense(64, 1536, 7168), 132).split_k, 2) << "the premise: the forward GEMM splits K";
+  p.accumulate = true;
+  p.c_is_d = false;  // C apart from D: its tile is loaded by the CTA that stores the tile
+  int open = 0;
+  for (const auto& cand : fh::enumerate_candidates(p, 132)) {
+    if (!cand.rejected.empty()) continue;
+    ++open;
+    EXPECT_EQ(cand.config.split_k, 1) << cand.config.describe();
+    EXPECT_NE(cand.config.block_m, 256) << cand.config.describe();
+  }
+  EXPECT_GT(open, 0);
+  // Without C (fp32 D, 1x128 SB) split-K stays open.
+  p.accumulate = false;
+  bool split_open = false;
+  for (const auto& cand : fh::enumerate_candidates(p, 132))
+    split_open |= cand.rejected.empty() && cand.config.split_k > 1;
+  EXPECT_TRUE(split_open);
+  // Nor does C being D close it: the tile is reduced into D, which holds C already.
+  p.accumulate = true;
+  p.c_is_d = true;
+  split_open = false;
+  for (const auto& cand : fh::enumerate_candidates(p, 132))
+    split_open |= cand.rejected.empty() && cand.config.split_k > 1;
+  EXPECT_TRUE(split_open);
+}
+
+TEST(Heuristics, WgradFieldsAreForDenseGemmsOnly) {
+  std::string reason;
+  Problem p = masked(4, 256, 4096, 7168);
+  p.sb_per_row = true;
+  EXPECT_FALSE(finegemm::is_supported(p, &reason));
+  EXPECT_NE(reason.find("for dense GEMMs"), std::string::npos) << reason;
+  Problem q = dense(4096, 4096, 7168);
+  q.accumulate = true;  // with a bf16 D
+  EXPECT_FALSE(finegemm::is_supported(q, &reason));
+  EXPECT_NE(reason.find("needs a float32 D"), std::string::npos) << reason;
+  q.d_dtype = finegemm::DType::kFloat32;
+  q.sb_per_row = true;
+  EXPECT_TRUE(finegemm::is_supported(q, &reason)) << reason;
+}

@@ -171,7 +171,7 @@ TEST(Jit, ReferenceGemmKernelBuilds) {
   const auto binary = runtime.binary(tool_kernel("finegemm/tools/reference_gemm.cuh",
                                                  "finegemm::tools::reference_gemm_kernel<64u>",
                                                  "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, "
-                                                 "double*, double*, int32_t, int32_t, int32_t)"));
+                                                 "int32_t, double*, double*, int32_t, int32_t, int32_t)"));
   ASSERT_TRUE(binary->compiled);
   EXPECT_NE(binary->symbol.find("reference_gemm_kernel"), std::string::npos);
   EXPECT_EQ(fj::spill_bytes_from_log(binary->log), 0) << binary->log;

@@ -1,5 +1,6 @@
 // Tests of the CPU reference numerics: conversions against CUDA's own host conversions, the quantizers, the
-// reference GEMM against a naive loop, the diff metric, the bf16 output check and the scale layouts.
+// reference GEMM against a naive loop (B's scales per 128x128 block and per 1x128 row block, with C), the diff metric,
+// the bf16 and fp32 output checks and the scale layouts.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -460,12 +461,12 @@ struct RandomProblem {
   std::vector<float> sa, sb;
 };
 
-RandomProblem make_problem(int64_t m, int64_t n, int64_t k, uint64_t seed, int64_t lda = 0) {
+RandomProblem make_problem(int64_t m, int64_t n, int64_t k, uint64_t seed, int64_t lda = 0, bool sb_per_row = false) {
   RandomProblem p{m, n, k, lda == 0 ? k : lda, ceil_div(k, 128), {}, {}, {}, {}};
   p.a.resize(static_cast<size_t>(m * p.lda));
   p.b.resize(static_cast<size_t>(n * k));
   p.sa.resize(static_cast<size_t>(m * p.num_k_blocks));
-  p.sb.resize(static_cast<size_t>(ceil_div(n, 128) * p.num_k_blocks));
+  p.sb.resize(static_cast<size_t>((sb_per_row ? n : ceil_div(n, 128)) * p.num_k_blocks));
   fill_random_fp8(p.a, seed);
   fill_random_fp8(p.b, seed + 1);
   fill_random_scales(p.sa, seed + 2);
@@ -474,7 +475,9 @@ RandomProblem make_problem(int64_t m, int64_t n, int64_t k, uint64_t seed, int64
 }
 
 // The definition, one element at a time: block sums in fp64 (exact), then (SA*SB) * S summed over kb in order.
-void naive_gemm(const RandomProblem& p, std::vector<double>& d, std::vector<double>& abs_sum) {
+// sb_per_row: p.sb is [n, KB] (1x128 blocks of B), else [ceil(n/128), KB].
+void naive_gemm(const RandomProblem& p, std::vector<double>& d, std::vector<double>& abs_sum,
+                bool sb_per_row = false) {
   d.assign(static_cast<size_t>(p.m * p.n), 0.0);
   abs_sum.assign(static_cast<size_t>(p.m * p.n), 0.0);
   for (int64_t i = 0; i < p.m; ++i) {
@@ -489,7 +492,7 @@ void naive_gemm(const RandomProblem& p, std::vector<double>& d, std::vector<doub
           s_abs += std::fabs(product);
         }
         const double scale = static_cast<double>(p.sa[i * p.num_k_blocks + kb]) *
-                             static_cast<double>(p.sb[(j / 128) * p.num_k_blocks + kb]);
+                             static_cast<double>(p.sb[(sb_per_row ? j : j / 128) * p.num_k_blocks + kb]);
         acc += scale * s;
         acc_abs += std::fabs(scale) * s_abs;
       }
@@ -565,6 +568,88 @@ TEST(ReferenceGemm, EmptyShapes) {
   EXPECT_EQ(zeros, std::vector<double>(32, 0.0));
   EXPECT_THROW(gemm_nt_reference(p.a.data(), p.sa.data(), p.b.data(), p.sb.data(), 4, 8, 128, nullptr, 64),
                std::invalid_argument);
+}
+
+// ---- reference GEMM with 1x128 scales of B and with C ---------------------------------------------------------------
+
+constexpr uint8_t kE4M3One = 0x38, kE4M3Two = 0x40, kE4M3Half = 0x30;  // 1.0, 2.0, 0.5
+
+TEST(ReferenceGemmSbPerRow, HandComputed) {
+  // M = 2, N = 3, K = 130 (a full K block and a block of 2): A all 1.0; row n of B all b_n = {1, 2, 0.5}, so the
+  // block sums are S(m, n, 0) = 128 b_n and S(m, n, 1) = 2 b_n.
+  const int64_t m = 2, n = 3, k = 130;
+  std::vector<uint8_t> a(m * k, kE4M3One), b(n * k);
+  const uint8_t b_codes[3] = {kE4M3One, kE4M3Two, kE4M3Half};
+  for (int64_t j = 0; j < n; ++j) std::fill(b.begin() + j * k, b.begin() + (j + 1) * k, b_codes[j]);
+  const std::vector<float> sa = {1.0f, 0.25f,   // row 0: kb 0, 1
+                                 3.0f, -2.0f};  // row 1
+  const std::vector<float> sb = {1.0f, 4.0f,    // row 0 of B
+                                 0.5f, 1.0f,    // row 1
+                                 8.0f, -0.5f};  // row 2
+  // D[i, j] = SA[i,0] SB[j,0] 128 b_j + SA[i,1] SB[j,1] 2 b_j
+  const std::vector<double> expected = {
+      1 * 1 * 128 * 1.0 + 0.25 * 4 * 2 * 1.0,   1 * 0.5 * 128 * 2.0 + 0.25 * 1 * 2 * 2.0,
+      1 * 8 * 128 * 0.5 + 0.25 * -0.5 * 2 * 0.5, 3 * 1 * 128 * 1.0 + -2 * 4 * 2 * 1.0,
+      3 * 0.5 * 128 * 2.0 + -2 * 1 * 2 * 2.0,   3 * 8 * 128 * 0.5 + -2 * -0.5 * 2 * 0.5};
+  EXPECT_EQ(expected[0], 130.0);  // the arithmetic above, spelled out once
+  EXPECT_EQ(expected[5], 1537.0);
+  std::vector<double> abs_sum;
+  const std::vector<double> d =
+      gemm_nt_reference_sb_per_row(a.data(), sa.data(), b.data(), sb.data(), m, n, k, &abs_sum);
+  EXPECT_EQ(d, expected);
+  // abs_sum: the same with |scales| (every product is positive here).
+  EXPECT_EQ(abs_sum[3], 3 * 1 * 128 * 1.0 + 2 * 4 * 2 * 1.0);
+  EXPECT_EQ(abs_sum[5], 3 * 8 * 128 * 0.5 + 2 * 0.5 * 2 * 0.5);
+  // The 128x128 form reads only SB's first row ([NB = 1, KB]) for every column.
+  const std::vector<double> d_block = gemm_nt_reference(a.data(), sa.data(), b.data(), sb.data(), m, n, k);
+  EXPECT_EQ(d_block[1], 1 * 1 * 128 * 2.0 + 0.25 * 4 * 2 * 2.0);
+  EXPECT_NE(d_block, d);
+}
+
+TEST(ReferenceGemmSbPerRow, MatchesNaiveLoopExactly) {
+  struct Shape {
+    int64_t m, n, k, lda;
+  };
+  const Shape shapes[] = {{1, 8, 16, 0}, {7, 200, 300, 0}, {65, 136, 576, 0}, {129, 264, 112, 0}, {33, 72, 260, 384}};
+  uint64_t seed = 300;
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE(::testing::Message() << shape.m << "x" << shape.n << "x" << shape.k << " lda " << shape.lda);
+    const RandomProblem p = make_problem(shape.m, shape.n, shape.k, seed += 10, shape.lda, true);
+    std::vector<double> abs_sum;
+    const std::vector<double> d = gemm_nt_reference_sb_per_row(p.a.data(), p.sa.data(), p.b.data(), p.sb.data(), p.m,
+                                                               p.n, p.k, &abs_sum, shape.lda);
+    std::vector<double> d_naive, abs_naive;
+    naive_gemm(p, d_naive, abs_naive, true);
+    EXPECT_EQ(d, d_naive);
+    EXPECT_EQ(abs_sum, abs_naive);
+  }
+}
+
+TEST(ReferenceGemmSbPerRow, EqualRowScalesGiveTheBlockReferenceBitForBit) {
+  // SB [NB, KB] repeated over the rows of each 128-row block is the same product, term by term.
+  const RandomProblem p = make_problem(70, 264, 400, 77);
+  std::vector<float> sb_rows(static_cast<size_t>(p.n * p.num_k_blocks));
+  for (int64_t j = 0; j < p.n; ++j)
+    for (int64_t kb = 0; kb < p.num_k_blocks; ++kb)
+      sb_rows[j * p.num_k_blocks + kb] = p.sb[(j / 128) * p.num_k_blocks + kb];
+  std::vector<double> abs_block, abs_rows;
+  const std::vector<double> d_block =
+      gemm_nt_reference(p.a.data(), p.sa.data(), p.b.data(), p.sb.data(), p.m, p.n, p.k, &abs_block);
+  const std::vector<double> d_rows =
+      gemm_nt_reference_sb_per_row(p.a.data(), p.sa.data(), p.b.data(), sb_rows.data(), p.m, p.n, p.k, &abs_rows);
+  EXPECT_EQ(d_block, d_rows);
+  EXPECT_EQ(abs_block, abs_rows);
+}
+
+TEST(ReferenceGemmSbPerRow, AddC) {
+  std::vector<double> ref = {1.0, -2.0, 0x1p60, 3.0, 0.0, 0.0};
+  // C [2, 3] with a row stride of 4 (the fourth column is padding and never read).
+  const std::vector<float> c = {0.5f, 2.0f, 1.0f, 99.0f, -3.0f, 0.0f, -0.0f, 99.0f};
+  add_c_to_reference(ref, c.data(), 4, 2, 3);
+  EXPECT_EQ(ref, (std::vector<double>{1.5, 0.0, 0x1p60 + 1.0, 0.0, 0.0, 0.0}));
+  EXPECT_THROW(add_c_to_reference(ref, c.data(), 2, 2, 3), std::invalid_argument);  // ld_c < n
+  EXPECT_THROW(add_c_to_reference(ref, c.data(), 4, 3, 3), std::invalid_argument);  // ref is not m x n
+  EXPECT_THROW(add_c_to_reference(ref, nullptr, 4, 2, 3), std::invalid_argument);
 }
 
 // ---- diff metric --------------------------------------------------------------------------------------------------
@@ -712,6 +797,118 @@ TEST(ReferenceCheck, FailsOnUnwrittenElement) {
   // Once written, it passes: the poisoned padding columns are not part of the output.
   out[skip_row * ld_out + skip_col] = f.out[skip_row * f.n + skip_col];
   EXPECT_TRUE(check_bf16_output(out.data(), ld_out, f.ref.data(), f.abs_sum.data(), f.m, f.n).ok);
+}
+
+// ---- fp32 output check ---------------------------------------------------------------------------------------------
+
+float f32_from_bits(uint32_t bits) { return std::bit_cast<float>(bits); }
+uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
+
+/// A weight-gradient-like output: the 1x128-by-1x128 reference plus C, and the kernel's answer if its product were
+/// exact (fl(fl(product) + C), both fp32 roundings of a correct kernel).
+struct F32Fixture {
+  int64_t m = 70, n = 136, k = 300;
+  std::vector<double> product, abs_sum, ref;  // ref = product + C
+  std::vector<float> c, out;
+};
+
+/// C[i] is normal, scaled by c_scale times the product's magnitude abs_sum[i] (the scales make that vary widely).
+F32Fixture make_f32_fixture(double c_scale) {
+  F32Fixture f;
+  const RandomProblem p = make_problem(f.m, f.n, f.k, 91, 0, true);
+  f.product =
+      gemm_nt_reference_sb_per_row(p.a.data(), p.sa.data(), p.b.data(), p.sb.data(), f.m, f.n, f.k, &f.abs_sum);
+  f.c.resize(f.product.size());
+  fill_random_normal(f.c, 92);
+  for (size_t i = 0; i < f.c.size(); ++i) f.c[i] = static_cast<float>(f.c[i] * c_scale * f.abs_sum[i]);
+  f.ref = f.product;
+  add_c_to_reference(f.ref, f.c.data(), f.n, f.m, f.n);
+  f.out.resize(f.product.size());
+  for (size_t i = 0; i < f.product.size(); ++i) f.out[i] = static_cast<float>(f.product[i]) + f.c[i];
+  return f;
+}
+
+TEST(ReferenceCheckF32, PassesOnRoundedReference) {
+  for (const double c_scale : {0.0, 1.0, 0x1p20}) {
+    SCOPED_TRACE(c_scale);
+    const F32Fixture f = make_f32_fixture(c_scale);
+    // The kernel's two roundings (product, then + C) with no accumulation error: the accumulation term covers the
+    // first, the rounding term the second.
+    const CheckResult r = check_f32_output(f.out.data(), f.n, f.ref.data(), f.abs_sum.data(), f.m, f.n);
+    EXPECT_TRUE(r.ok) << r.summary();
+    EXPECT_LE(r.max_err_ratio, 1.0);
+    EXPECT_LT(r.diff, 1e-13);  // fp32 rounding, far below the bf16 level (~1e-6)
+    // The reference rounded once to fp32 passes with no accumulation term at all, at most half an ulp off.
+    std::vector<float> rounded(f.ref.size());
+    for (size_t i = 0; i < f.ref.size(); ++i) rounded[i] = static_cast<float>(f.ref[i]);
+    const std::vector<double> zeros(f.ref.size(), 0.0);
+    const CheckResult exact = check_f32_output(rounded.data(), f.n, f.ref.data(), zeros.data(), f.m, f.n, 1e-5, 0.0);
+    EXPECT_TRUE(exact.ok) << exact.summary();
+    EXPECT_LE(exact.max_rel_err, 0x1p-24);
+  }
+}
+
+TEST(ReferenceCheckF32, BoundIsHalfUlpPlusAccumulationTerm) {
+  // Synthetic 1 x 4 outputs around 1.0, where an fp32 ulp is 2^-23.
+  const std::vector<double> ref = {1.0 + 0x1p-24 - 0x1p-30,  // below the midpoint of 1 and 1 + 2^-23
+                                   1.0 + 0x1p-24,            // exactly the midpoint
+                                   1.0, 1.0};
+  const std::vector<double> no_accumulation(4, 0.0);
+  const float one = 1.0f, next = f32_from_bits(bits_of(1.0f) + 1);
+  const std::vector<float> good = {one, next, one, one};  // correct rounding, either neighbour at the tie
+  EXPECT_TRUE(check_f32_output(good.data(), 4, ref.data(), no_accumulation.data(), 1, 4, 1.0, 0.0).ok);
+  const std::vector<float> wrong_way = {next, one, one, one};
+  const CheckResult r = check_f32_output(wrong_way.data(), 4, ref.data(), no_accumulation.data(), 1, 4, 1.0, 0.0);
+  EXPECT_EQ(r.num_bad, 1);
+  EXPECT_EQ(r.first_bad, 0);
+  // One ulp (2^-23) off an exact 1.0 passes exactly when accum_tolerance * abs_sum covers the other half ulp.
+  const std::vector<float> one_ulp = {one, one, next, next};
+  const std::vector<double> abs_sum = {0.0, 0.0, 0x1p-6, 0x1p-3};  // with 2^-20: terms 2^-26 and 2^-23
+  const CheckResult r2 = check_f32_output(one_ulp.data(), 4, ref.data(), abs_sum.data(), 1, 4, 1.0, 0x1p-20);
+  EXPECT_EQ(r2.num_bad, 1);
+  EXPECT_EQ(r2.first_bad, 2);
+}
+
+TEST(ReferenceCheckF32, FailsOnOneWrongElementNaNAndUnwritten) {
+  F32Fixture f = make_f32_fixture(1.0);
+  const int64_t idx = argmax_abs(f.ref);
+  std::vector<float> out = f.out;
+  out[idx] = f32_from_bits(bits_of(out[idx]) ^ 0x00004000);  // a mantissa bit: 2^-9 .. 2^-10 relative
+  CheckResult r = check_f32_output(out.data(), f.n, f.ref.data(), f.abs_sum.data(), f.m, f.n);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.num_bad, 1);
+  EXPECT_EQ(r.first_bad, idx);
+  out = f.out;
+  out[5] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(check_f32_output(out.data(), f.n, f.ref.data(), f.abs_sum.data(), f.m, f.n).ok);
+  // A strided output, poisoned, every element written but one.
+  const int64_t ld_out = f.n + 4;
+  std::vector<float> strided(static_cast<size_t>(f.m * ld_out), f32_from_bits(kF32Poison));
+  for (int64_t i = 0; i < f.m; ++i)
+    for (int64_t j = 0; j < f.n; ++j)
+      if (i != 1 || j != 2) strided[i * ld_out + j] = f.out[i * f.n + j];
+  r = check_f32_output(strided.data(), ld_out, f.ref.data(), f.abs_sum.data(), f.m, f.n);
+  EXPECT_EQ(r.num_bad, 1);
+  EXPECT_EQ(r.first_bad, 1 * f.n + 2);
+  EXPECT_TRUE(std::isnan(r.first_out));
+  EXPECT_NE(r.summary().find("unwritten"), std::string::npos) << r.summary();
+  strided[1 * ld_out + 2] = f.out[1 * f.n + 2];
+  EXPECT_TRUE(check_f32_output(strided.data(), ld_out, f.ref.data(), f.abs_sum.data(), f.m, f.n).ok);
+  EXPECT_THROW(check_f32_output(out.data(), f.n - 1, f.ref.data(), nullptr, f.m, f.n), std::invalid_argument);
+}
+
+TEST(ReferenceCheckF32, CatchesCAddedAtLowPrecision) {
+  // With C much larger than the product, a C rounded to bf16 before the add (an error of up to 2^-9 |C|) fails even
+  // under the GPU checks' accumulation tolerance of 2^-9: abs_sum is the product's magnitude, not |C|'s.
+  const F32Fixture f = make_f32_fixture(0x1p12);
+  std::vector<float> low(f.out.size());
+  for (size_t i = 0; i < low.size(); ++i)
+    low[i] = static_cast<float>(f.product[i]) + bf16_to_float(float_to_bf16(f.c[i]));
+  const CheckResult r = check_f32_output(low.data(), f.n, f.ref.data(), f.abs_sum.data(), f.m, f.n, 1e-5, 0x1p-9);
+  EXPECT_FALSE(r.ok);
+  EXPECT_GT(r.num_bad, f.m * f.n / 2) << r.summary();
+  // The correct sum passes under the same tolerance.
+  EXPECT_TRUE(check_f32_output(f.out.data(), f.n, f.ref.data(), f.abs_sum.data(), f.m, f.n, 1e-5, 0x1p-9).ok);
 }
 
 }  // namespace

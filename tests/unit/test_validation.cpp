@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,74 @@ struct Dense {
   void call() const { finegemm::gemm_fp8_fp8_bf16_nt(a, sa, b, sb, d); }
 };
 
+/// The weight-gradient call: 1x128 SB [N, KB] MN-major (strides {1, N}), fp32 D, C = D.
+struct Wgrad {
+  TensorView a = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {64, 640});
+  TensorView sa = TensorView::strided(addr(0x20000), DType::kFloat32, {64, 5}, {1, 64});
+  TensorView b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {256, 640});
+  TensorView sb = TensorView::strided(addr(0x40000), DType::kFloat32, {256, 5}, {1, 256});
+  TensorView d = TensorView::contiguous(addr(0x100000), DType::kFloat32, {64, 256});
+  TensorView c = d;
+  bool with_c = true;
+  void call() const {
+    finegemm::gemm_fp8_fp8_nt(a, sa, b, sb, d, with_c ? std::optional<TensorView>(c) : std::nullopt);
+  }
+};
+
 using finegemm::test::expect_error;
 
 }  // namespace
+
+TEST(Validation, WgradBadInputs) {
+  struct Row {
+    const char* name;
+    std::function<void(Wgrad&)> mutate;
+    Error::Kind kind;
+    const char* needle;
+  };
+  const Error::Kind bad = Error::Kind::kInvalidArgument;
+  const std::vector<Row> rows = {
+      {"C with a bf16 D", [](Wgrad& p) { p.d.dtype = DType::kBFloat16; p.c = p.d; }, bad,
+       "C (D = C + A x B^T) needs a float32 D"},
+      {"C on D's memory, another stride", [](Wgrad& p) { p.c.strides[0] = 260; }, bad,
+       "C is D's memory with another row stride"},
+      {"C overlapping D", [](Wgrad& p) { p.c.data = addr(0x100000 + 1024); }, bad, "C overlaps D without being D"},
+      {"C bf16", [](Wgrad& p) { p.c.dtype = DType::kBFloat16; }, Error::Kind::kTypeMismatch, "C must be float32"},
+      {"C shape", [](Wgrad& p) { p.c.shape[1] = 248; }, bad, "C must have shape [M, N]"},
+      {"C row stride", [](Wgrad& p) { p.c.data = addr(0x200000); p.c.strides[0] = 258; }, bad,
+       "C row stride must be >= N and a multiple of 4 elements"},
+      {"D int32", [](Wgrad& p) { p.d.dtype = DType::kInt32; p.with_c = false; }, bad, "D must be bfloat16 or float32"},
+      {"SB K-major per row", [](Wgrad& p) { p.sb.strides[0] = 5; p.sb.strides[1] = 1; }, bad,
+       "1x128 SB must be MN-major and TMA-aligned"},
+      {"SB N_pad not a multiple of 4", [](Wgrad& p) { p.sb.strides[1] = 258; }, bad,
+       "1x128 SB must be MN-major and TMA-aligned"},
+      {"SB rows neither N nor NB", [](Wgrad& p) { p.sb.shape[0] = 264; }, bad,
+       "SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 blocks)"},
+      {"SB K blocks", [](Wgrad& p) { p.sb.shape[1] = 4; }, bad, "SB must have shape [N, ceil(K/128)] (1x128 blocks"},
+      {"SB misaligned", [](Wgrad& p) { p.sb.data = addr(0x40004); }, bad, "SB must be 16-byte aligned"},
+  };
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.name);
+    Wgrad p;
+    row.mutate(p);
+    expect_error([&] { p.call(); }, row.kind, row.needle);
+  }
+  // The valid forms (C = D, a separate C, no C, a bf16 D without C) pass validation: without a GPU they fail at the
+  // device step, never before.
+  for (int form = 0; form < 4; ++form) {
+    Wgrad p;
+    if (form == 1) p.c.data = addr(0x200000);
+    if (form >= 2) p.with_c = false;
+    if (form == 3) p.d.dtype = DType::kBFloat16;
+    try {
+      p.call();
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.kind() == Error::Kind::kCuda ||
+                  std::string(e.what()).find("is not device memory") != std::string::npos)
+          << "form " << form << ": " << e.what();
+    }
+  }
+}
 
 TEST(Validation, DenseBadInputs) {
   struct Row {

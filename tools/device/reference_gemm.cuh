@@ -1,7 +1,8 @@
 // The GPU reference GEMM used by tests and `finegemm check` on shapes too large for the CPU reference.
-// D[m,n] = sum_kb SA[m,kb] * SB[n/128,kb] * sum_{k in kb} A[m,k]*B[n,k] over the dequantized FP8 inputs: each product
-// of two e4m3 values is exact in fp32, block sums and the scaled sum are fp64. Also writes sum of |terms| for
-// element-wise tolerances. SA is K-major [M, KB] with row stride ld_sa; A, B row-major with row stride K.
+// D[m,n] = sum_kb SA[m,kb] * SB[n/sb_block_rows,kb] * sum_{k in kb} A[m,k]*B[n,k] over the dequantized FP8 inputs:
+// each product of two e4m3 values is exact in fp32, block sums and the scaled sum are fp64. Also writes sum of |terms|
+// for element-wise tolerances. SA is K-major [M, KB] with row stride ld_sa; A, B row-major with row stride K; SB is
+// [ceil(N/sb_block_rows), KB] row-major: sb_block_rows 128 for B's 128x128 blocks, 1 for its 1x128 blocks.
 #pragma once
 
 #include "finegemm/device/common/types.cuh"
@@ -26,8 +27,9 @@ inline constexpr uint32_t kRefChunk = 32;  // K elements staged per step
 /// kRefTile: outputs per block along M and N (64: 256 threads of 4x4 outputs).
 template <uint32_t kRefTile>
 __global__ void __launch_bounds__(256) reference_gemm_kernel(const uint8_t* a, const float* sa, int64_t ld_sa,
-                                                             const uint8_t* b, const float* sb, double* d,
-                                                             double* abs_sum, int32_t m, int32_t n, int32_t k) {
+                                                             const uint8_t* b, const float* sb, int32_t sb_block_rows,
+                                                             double* d, double* abs_sum, int32_t m, int32_t n,
+                                                             int32_t k) {
   static_assert(kRefTile == 64, "256 threads x 4x4 outputs");
   __shared__ float tile_a[kRefChunk][kRefTile + 1];
   __shared__ float tile_b[kRefChunk][kRefTile + 1];
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(256) reference_gemm_kernel(const uint8_t* a, c
       for (int j = 0; j < 4; ++j) {
         const int32_t col = n0 + tx * 4 + j;
         if (col >= n) continue;
-        const double s = s_a * double(sb[int64_t(col / 128) * num_k_blocks + kb]);
+        const double s = s_a * double(sb[int64_t(col / sb_block_rows) * num_k_blocks + kb]);
         acc[i][j] += s * block[i][j];
         acc_abs[i][j] += (s < 0 ? -s : s) * block_abs[i][j];
       }

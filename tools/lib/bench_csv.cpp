@@ -75,7 +75,7 @@ BenchCsv::BenchCsv(const std::string& path, const std::vector<std::pair<std::str
 
 void BenchCsv::row(const BenchRow& r) {
   const ProblemShape& s = r.shape;
-  std::vector<std::string> fields = {kind_name(s.kind),
+  std::vector<std::string> fields = {s.kind_name(),
                                      std::to_string(s.groups),
                                      std::to_string(s.m),
                                      std::to_string(s.n),

@@ -337,7 +337,7 @@ std::string hex64(uint64_t v) {
 std::vector<WeightShape> chain_weight_shapes(const std::vector<ProblemShape>& shapes) {
   std::vector<WeightShape> out;
   for (const ProblemShape& s : shapes) {
-    if (s.kind != GemmKind::kNormal) continue;
+    if (s.kind != GemmKind::kNormal || s.wgrad) continue;  // the forward (inference) GEMMs only
     const bool seen =
         std::any_of(out.begin(), out.end(), [&](const WeightShape& w) { return w.n == s.n && w.k == s.k; });
     if (!seen) out.push_back({s.n, s.k});

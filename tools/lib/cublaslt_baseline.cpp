@@ -67,6 +67,7 @@ struct CublasLtBlockFp8::Impl {
   const void* b = nullptr;
   const float* sb = nullptr;
   void* d = nullptr;
+  Mode mode;
 
   bool supported = false;
   std::string reason;
@@ -99,7 +100,8 @@ struct CublasLtBlockFp8::Impl {
 
   std::string shape() const {
     std::ostringstream os;
-    os << "M=" << m << " N=" << n << " K=" << k;
+    os << "M=" << m << " N=" << n << " K=" << k << (mode.sb_per_row ? " SB 1x128" : "")
+       << (mode.f32_accumulate ? " fp32 D += A x B^T" : "");
     return os.str();
   }
 
@@ -172,7 +174,10 @@ struct CublasLtBlockFp8::Impl {
                     "must be 16-byte aligned); got " + shape());
     kb = (k + 127) / 128;
     nb = (n + 127) / 128;
-    sb_ld = (kb + 3) / 4 * 4;
+    // 1x128 scales of B are read as they are ([KB][N]); 128x128 ones with rows padded to align(KB, 4).
+    sb_ld = mode.sb_per_row ? kb : (kb + 3) / 4 * 4;
+    if (mode.sb_per_row && n % 4 != 0)
+      return refuse("cuBLASLt 1x128 scales of B need N % 4 == 0 (rows of N floats, 16-byte aligned); got " + shape());
     if (reinterpret_cast<uintptr_t>(sa) % 16 != 0)
       return refuse("the activation-scale pointer must be 16-byte aligned for cuBLASLt block scaling");
     if (sb_ld == kb && reinterpret_cast<uintptr_t>(sb) % 16 != 0)
@@ -195,9 +200,12 @@ struct CublasLtBlockFp8::Impl {
     set_desc(CUBLASLT_MATMUL_DESC_TRANSB, trans_b, "TRANSB = CUBLAS_OP_N");
     const int8_t fast_accum = 0;  // keep cuBLASLt's periodic promotion (the accurate path)
     set_desc(CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast_accum, "FAST_ACCUM = 0");
-    if (!set_scale_mode(CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                        static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F),
-                        "A_SCALE_MODE = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F"))
+    if (mode.sb_per_row ? !set_scale_mode(CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                          static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F),
+                                          "A_SCALE_MODE = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F")
+                        : !set_scale_mode(CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                          static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F),
+                                          "A_SCALE_MODE = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F"))
       return;
     if (!set_scale_mode(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F),
                         "B_SCALE_MODE = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F"))
@@ -214,14 +222,17 @@ struct CublasLtBlockFp8::Impl {
     } else {
       sb_used = sb;
     }
-    const void* a_scale = sb_used;  // weights' 128x128 block scales go with cuBLAS A (= our B)
+    const void* a_scale = sb_used;  // B's scales (128x128 or 1x128 blocks) go with cuBLAS A (= our B)
     const void* b_scale = sa;  // activations' 1x128 scales go with cuBLAS B (= our A)
     set_desc(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale, "A_SCALE_POINTER = sb (or its repacked copy)");
     set_desc(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale, "B_SCALE_POINTER = sa");
 
     create_layout(&layout_a, CUDA_R_8F_E4M3, k, n, k, "A (our B, e4m3)");
     create_layout(&layout_b, CUDA_R_8F_E4M3, k, m, k, "B (our A, e4m3)");
-    create_layout(&layout_d, CUDA_R_16BF, n, m, n, "C/D (our D, bf16)");
+    if (mode.f32_accumulate)
+      create_layout(&layout_d, CUDA_R_32F, n, m, n, "C/D (our D, fp32)");
+    else
+      create_layout(&layout_d, CUDA_R_16BF, n, m, n, "C/D (our D, bf16)");
 
     // ---- Heuristic --------------------------------------------------------------------------------------------------
     {
@@ -261,7 +272,7 @@ struct CublasLtBlockFp8::Impl {
 };
 
 CublasLtBlockFp8::CublasLtBlockFp8(int64_t m, int64_t n, int64_t k, const void* a, const float* sa, const void* b,
-                                   const float* sb, void* d)
+                                   const float* sb, void* d, Mode mode)
     : impl_(std::make_unique<Impl>()) {
   if (m < 0 || n < 0 || k < 0) {
     std::ostringstream os;
@@ -283,6 +294,7 @@ CublasLtBlockFp8::CublasLtBlockFp8(int64_t m, int64_t n, int64_t k, const void* 
   im.b = b;
   im.sb = sb;
   im.d = d;
+  im.mode = mode;
   im.build();
 }
 
@@ -302,7 +314,7 @@ void CublasLtBlockFp8::run(cudaStream_t s) {
     throw std::logic_error("CublasLtBlockFp8::run called on an unsupported problem: " + reason());
   Impl& im = *impl_;
   const float alpha = 1.0f;
-  const float beta = 0.0f;
+  const float beta = im.mode.f32_accumulate ? 1.0f : 0.0f;
   const cublasStatus_t st =
       cublasLtMatmul(im.handle, im.op, &alpha, /*A=*/im.b, im.layout_a, /*B=*/im.a, im.layout_b, &beta,
                      /*C=*/im.d, im.layout_d, /*D=*/im.d, im.layout_d, &im.heuristic.algo, im.workspace.get(),

@@ -3,7 +3,12 @@
 //
 //   D[m, n] (bf16, [M, N] row-major) = sum_kb SA[m, kb] * SB[n / 128, kb] * sum_{k in block kb} A[m, k] * B[n, k]
 //
-// with A fp8 e4m3 [M, K] row-major (1x128 activation scales), B fp8 e4m3 [N, K] row-major (128x128 weight scales).
+// with A fp8 e4m3 [M, K] row-major (1x128 activation scales), B fp8 e4m3 [N, K] row-major (128x128 weight scales);
+// or, with Mode::sb_per_row and Mode::f32_accumulate, the weight-gradient GEMM (finegemm's wgrad):
+//
+//   D[m, n] (fp32, [M, N] row-major) = D[m, n] + sum_kb SA[m, kb] * SB[n, kb] * sum_{k in block kb} A[m, k] * B[n, k]
+//
+// with B's scales per 1x128 row block too.
 //
 // Mapping onto cuBLASLt (column-major) -- it computes D^T = B * A^T:
 //   cuBLAS A := our B, CUDA_R_8F_E4M3, K x N column-major, ld = K, op = T
@@ -11,7 +16,10 @@
 //               as [NB][align(KB, 4)] row-major (rows padded to 16 bytes; measured, see below)
 //   cuBLAS B := our A, CUDA_R_8F_E4M3, K x M column-major, ld = K, op = N
 //               scale mode CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,     B_SCALE_POINTER = sa ([KB][M], M contiguous)
+//               (sb_per_row: scale mode CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, A_SCALE_POINTER = sb, [KB][N], N
+//               contiguous, N % 4 == 0: the layout finegemm's 1x128 SB has, MN-major and TMA-aligned)
 //   cuBLAS C = D := our D, CUDA_R_16BF, N x M column-major, ld = N  (== [M, N] row-major); beta = 0, C aliases D
+//               (f32_accumulate: CUDA_R_32F and beta = 1, so D = D + A x B^T in place)
 //   CUBLAS_COMPUTE_32F, scale type CUDA_R_32F, alpha = 1, FAST_ACCUM = 0; first result of cublasLtMatmulAlgoGetHeuristic
 //   with a 64 MiB workspace limit and the minimum-alignment preferences set from the actual pointers.
 //
@@ -53,14 +61,24 @@ std::string cublas_status_text(cublasStatus_t st);
 /// the M-contiguous layout cuBLASLt's VEC128_32F mode reads for the B slot ([KB][M]). Host-side, for tests/bench.
 std::vector<float> sa_kmajor_to_cublaslt(const float* sa_kmajor, int64_t m, int64_t kb);
 
+/// What CublasLtBlockFp8 computes besides the default (128x128 scales of B, bf16 D, beta = 0).
+struct CublasLtMode {
+  bool sb_per_row = false;      ///< B's scales per 1x128 row block (VEC128_32F on both operands)
+  bool f32_accumulate = false;  ///< fp32 D, beta = 1: D += A x B^T (C is D)
+};
+
 class CublasLtBlockFp8 {
  public:
+  using Mode = CublasLtMode;
+
   /// a:  fp8 e4m3 [M, K] row-major (device).
   /// sa: fp32 activation scales, [KB][M] (element (m, kb) at kb * M + m), device, 16-byte aligned. This is finegemm's
   ///     "MN-major TMA-aligned" SA layout whenever M % 4 == 0 (M_pad == M), the only case cuBLASLt accepts.
   /// b:  fp8 e4m3 [N, K] row-major (device).
-  /// sb: fp32 weight scales, [NB][KB] row-major (device; 16-byte aligned when KB % 4 == 0).
-  /// d:  bf16 [M, N] row-major (device), fully overwritten by run().
+  /// sb: fp32 weight scales, [NB][KB] row-major (device; 16-byte aligned when KB % 4 == 0); with mode.sb_per_row,
+  ///     [KB][N] (element (n, kb) at kb * N + n), 16-byte aligned, N % 4 == 0.
+  /// d:  bf16 [M, N] row-major (device), fully overwritten by run(); with mode.f32_accumulate fp32 [M, N], each run()
+  ///     adds the product to it.
   /// The pointers are captured: run() always uses these buffers, and a, sa, b and d may change contents between
   /// runs. sb too when KB % 4 == 0; when KB % 4 != 0 its contents are copied (repacked to cuBLASLt's padded layout)
   /// here in the constructor, so after changing them call refresh_weight_scales() before the next run().
@@ -74,7 +92,7 @@ class CublasLtBlockFp8 {
   /// std::invalid_argument; failing to create the handle/descriptors or to allocate the workspace throws
   /// std::runtime_error.
   CublasLtBlockFp8(int64_t m, int64_t n, int64_t k, const void* a, const float* sa, const void* b, const float* sb,
-                   void* d);
+                   void* d, Mode mode = Mode{});
   ~CublasLtBlockFp8();
   CublasLtBlockFp8(CublasLtBlockFp8&&) noexcept;
   CublasLtBlockFp8& operator=(CublasLtBlockFp8&&) noexcept;

@@ -1,10 +1,13 @@
 #include "lib/gemm_problem.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "jit/driver.hpp"
 #include "lib/jit_kernel.hpp"
@@ -19,15 +22,72 @@ TensorView view(DeviceBuffer& buf, DType dtype, std::initializer_list<int64_t> s
   return TensorView::contiguous(buf.get(), dtype, shape);
 }
 
-}  // namespace
-
-std::string ProblemShape::describe() const {
-  std::ostringstream os;
-  os << kind_name(kind) << " G=" << groups << " M=" << m << " N=" << n << " K=" << k;
-  return os.str();
+/// Runs fn(begin, end) over bands of [0, rows) on all hardware threads.
+template <class Fn>
+void parallel_rows(int64_t rows, const Fn& fn) {
+  constexpr int64_t kBand = 64;
+  const int64_t num_bands = (rows + kBand - 1) / kBand;
+  const int64_t num_threads =
+      std::clamp<int64_t>(int64_t(std::thread::hardware_concurrency()), 1, std::max<int64_t>(num_bands, 1));
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t band = next++; band < num_bands; band = next++) fn(band * kBand, std::min(rows, (band + 1) * kBand));
+  };
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < num_threads; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
 }
 
-GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& options) : shape_(shape) {
+/// Root mean square of each dequantized row of fp8 `codes` [rows, k] with 1x128 scales [rows, KB] (row-major).
+std::vector<double> row_rms(const std::vector<uint8_t>& codes, const std::vector<float>& scales, int64_t rows,
+                            int64_t k) {
+  const float* table = reference::e4m3_decode_table();
+  const int64_t kb = (k + 127) / 128;
+  std::vector<double> rms(size_t(rows), 0.0);
+  parallel_rows(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      double sum = 0;
+      for (int64_t blk = 0; blk < kb; ++blk) {
+        double block = 0;
+        for (int64_t i = blk * 128; i < std::min(k, blk * 128 + 128); ++i) {
+          const double v = table[codes[size_t(r * k + i)]];
+          block += v * v;
+        }
+        const double scale = scales[size_t(r * kb + blk)];
+        sum += block * scale * scale;
+      }
+      rms[size_t(r)] = k > 0 ? std::sqrt(sum / double(k)) : 0.0;
+    }
+  });
+  return rms;
+}
+
+/// wgrad's C [rows, N]: normal values of about the product's magnitude, element (m, n) scaled by
+/// sqrt(K) * rms(row m of A) * rms(row n of B) (dequantized), so that neither the product nor C dominates the sum.
+/// Row m draws from its own generator: the values depend on the seed only.
+std::vector<float> random_c(const std::vector<uint8_t>& a, const std::vector<float>& sa, const std::vector<uint8_t>& b,
+                            const std::vector<float>& sb, int64_t rows, int64_t n, int64_t k, uint64_t seed) {
+  const std::vector<double> rms_a = row_rms(a, sa, rows, k), rms_b = row_rms(b, sb, n, k);
+  std::vector<float> c(size_t(rows * n));
+  const double sqrt_k = std::sqrt(double(k));
+  parallel_rows(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(r) * 0xD1B54A32D192ED03ull + 5);
+      std::normal_distribution<double> normal;
+      for (int64_t j = 0; j < n; ++j)
+        c[size_t(r * n + j)] = float(normal(rng) * sqrt_k * rms_a[size_t(r)] * rms_b[size_t(j)]);
+    }
+  });
+  return c;
+}
+
+}  // namespace
+
+GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& options)
+    : shape_(shape), c_aliases_d_(options.c_aliases_d) {
+  if (shape.wgrad && (shape.kind != GemmKind::kNormal || shape.groups != 1))
+    throw std::invalid_argument("a wgrad problem is dense: kind normal, one group, got " + shape.describe());
   std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + 17);
   const int g = shape.groups;
   if (shape.kind == GemmKind::kNormal) {
@@ -68,8 +128,12 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
   host_a.resize(size_t(rows_ * shape.k));
   host_b.resize(size_t(int64_t(g) * shape.n * shape.k));
   host_sa.resize(size_t(rows_ * kb_));
-  host_sb.resize(size_t(int64_t(g) * nb_ * kb_));
-  if (options.data == DataKind::kNormal) {
+  host_sb.resize(size_t((shape.wgrad ? shape.n : int64_t(g) * nb_) * kb_));
+  if (options.data == DataKind::kNormal && shape.wgrad) {
+    // Both operands quantized per 1x128 block along K, as activations and gradients are.
+    reference::fill_quantized_normal_fp8(host_a, host_sa, rows_, shape.k, 1, options.seed * 4 + 0);
+    reference::fill_quantized_normal_fp8(host_b, host_sb, shape.n, shape.k, 1, options.seed * 4 + 1);
+  } else if (options.data == DataKind::kNormal) {
     reference::fill_quantized_normal_fp8(host_a, host_sa, rows_, shape.k, 1, options.seed * 4 + 0);
     // B per group: its 128x128 blocks never straddle two experts.
     std::vector<uint8_t> codes;
@@ -102,13 +166,27 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
   b = DeviceBuffer(host_b.size());
   sa_k_major = DeviceBuffer(std::max<size_t>(host_sa.size() * 4, 16));
   sa_mn_major = DeviceBuffer(std::max<size_t>(sa_mn.size() * 4, 16));
-  sb = DeviceBuffer(host_sb.size() * 4);
-  d = DeviceBuffer(std::max<size_t>(size_t(rows_ * shape.n * 2), 16));
+  d = DeviceBuffer(std::max<size_t>(size_t(rows_ * shape.n * output_bytes()), 16));
   if (!host_a.empty()) a.upload(host_a.data(), host_a.size());
   b.upload(host_b.data(), host_b.size());
   if (!host_sa.empty()) sa_k_major.upload(host_sa.data(), host_sa.size() * 4);
   if (!sa_mn.empty()) sa_mn_major.upload(sa_mn.data(), sa_mn.size() * 4);
-  sb.upload(host_sb.data(), host_sb.size() * 4);
+  if (shape.wgrad) {
+    // SB as the kernel reads it ([KB][N_pad], N contiguous), and the row-major copy the reference reads.
+    const std::vector<float> sb_mn = reference::scales_to_mn_major(host_sb, shape.n, kb_);
+    sb = DeviceBuffer(sb_mn.size() * 4);
+    sb.upload(sb_mn.data(), sb_mn.size() * 4);
+    sb_k_major = DeviceBuffer(host_sb.size() * 4);
+    sb_k_major.upload(host_sb.data(), host_sb.size() * 4);
+    host_c = random_c(host_a, host_sa, host_b, host_sb, rows_, shape.n, shape.k, options.seed * 4 + 2);
+    if (!c_aliases_d_) {
+      c = DeviceBuffer(std::max<size_t>(host_c.size() * 4, 16));
+      if (!host_c.empty()) c.upload(host_c.data(), host_c.size() * 4);
+    }
+  } else {
+    sb = DeviceBuffer(host_sb.size() * 4);
+    sb.upload(host_sb.data(), host_sb.size() * 4);
+  }
   if (!layout_.empty()) {
     layout_buffer = DeviceBuffer(layout_.size() * 4);
     layout_buffer.upload(layout_.data(), layout_.size() * 4);
@@ -160,6 +238,13 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
   const TensorView va = view(a, DType::kFloat8E4M3, {rows_, k});
   const TensorView vsa = k_major ? view(sa_k_major, DType::kFloat32, {rows_, kb_})
                                  : TensorView::strided(sa_mn_major.get(), DType::kFloat32, {rows_, kb_}, {1, m_pad_});
+  if (shape_.wgrad) {
+    const TensorView vd = view(d, DType::kFloat32, {rows_, n});
+    const TensorView vsb = TensorView::strided(sb.get(), DType::kFloat32, {n, kb_}, {1, sb_n_pad()});
+    const TensorView vc = c_aliases_d_ ? vd : view(c, DType::kFloat32, {rows_, n});
+    gemm_fp8_fp8_nt(va, vsa, view(b, DType::kFloat8E4M3, {n, k}), vsb, vd, vc, s);
+    return;
+  }
   const TensorView vd = view(d, DType::kBFloat16, {rows_, n});
   if (shape_.kind == GemmKind::kNormal) {
     gemm_fp8_fp8_bf16_nt(va, vsa, view(b, DType::kFloat8E4M3, {n, k}), view(sb, DType::kFloat32, {nb_, kb_}), vd, s);
@@ -180,14 +265,32 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
 void GemmProblem::poison_output(cudaStream_t stream) {
   const size_t count = size_t(rows_ * shape_.n);
   if (count == 0) return;
+  if (shape_.wgrad) {
+    static_assert(kPoisonF32 == 0xFFFFFFFFu, "a byte pattern, for cudaMemsetAsync");
+    if (c_aliases_d_) {
+      FG_CUDA_CHECK(cudaMemcpyAsync(d.get(), host_c.data(), count * 4, cudaMemcpyHostToDevice, stream));
+    } else {
+      FG_CUDA_CHECK(cudaMemsetAsync(d.get(), 0xFF, count * 4, stream));
+    }
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
   std::vector<uint16_t> pattern(count, kPoison);
   FG_CUDA_CHECK(cudaMemcpyAsync(d.get(), pattern.data(), count * 2, cudaMemcpyHostToDevice, stream));
   FG_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 std::vector<uint16_t> GemmProblem::download_output() const {
+  if (shape_.wgrad) throw std::logic_error("download_output: a wgrad D is fp32 (download_output_f32)");
   std::vector<uint16_t> out(size_t(rows_ * shape_.n));
   if (!out.empty()) d.download(out.data(), out.size() * 2);
+  return out;
+}
+
+std::vector<float> GemmProblem::download_output_f32() const {
+  if (!shape_.wgrad) throw std::logic_error("download_output_f32: only a wgrad D is fp32 (download_output)");
+  std::vector<float> out(size_t(rows_ * shape_.n));
+  if (!out.empty()) d.download(out.data(), out.size() * 4);
   return out;
 }
 
@@ -209,8 +312,11 @@ double GemmProblem::min_bytes() const {
     used_groups = int(std::count(used.begin(), used.end(), 1));
   }
   const double kb_ = double(kb()), nb_ = double(nb());
-  return rows * double(shape_.k) + double(used_groups) * double(shape_.n * shape_.k) + 2.0 * rows * double(shape_.n) +
-         4.0 * rows * kb_ + 4.0 * used_groups * nb_ * kb_;
+  // D written (bf16, or wgrad's fp32) and, for wgrad, C read (fp32); SB per 128x128 block, or wgrad's per row of B.
+  const double out_bytes = shape_.wgrad ? 8.0 : 2.0;
+  const double sb_bytes = shape_.wgrad ? 4.0 * double(shape_.n) * kb_ : 4.0 * used_groups * nb_ * kb_;
+  return rows * double(shape_.k) + double(used_groups) * double(shape_.n * shape_.k) +
+         out_bytes * rows * double(shape_.n) + 4.0 * rows * kb_ + sb_bytes;
 }
 
 namespace {
@@ -226,17 +332,18 @@ struct ReferenceBuffers {
     FG_CUDA_CHECK(cudaMemset(abs_sum.get(), 0, abs_sum.size()));
   }
 
-  /// Enqueues the reference of rows [row, row + m) on the legacy default stream: `a` and `sa` point at that row.
+  /// Enqueues the reference of rows [row, row + m) on the legacy default stream: `a` and `sa` point at that row. `sb`
+  /// is [N / sb_block_rows, KB] row-major: sb_block_rows 128 (128x128 blocks) or 1 (1x128 blocks).
   void launch(int64_t row, int64_t m, const uint8_t* a, const float* sa, int64_t ld_sa, const uint8_t* b,
-              const float* sb, int64_t k) {
+              const float* sb, int32_t sb_block_rows, int64_t k) {
     const CUfunction fn = jit_tool_kernel(
         "finegemm/tools/reference_gemm.cuh", "finegemm::tools::reference_gemm_kernel<64u>",
-        "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, double*, double*, int32_t, int32_t, "
-        "int32_t)");
+        "(const uint8_t*, const float*, int64_t, const uint8_t*, const float*, int32_t, double*, double*, int32_t, "
+        "int32_t, int32_t)");
     double* v = value.as<double>() + row * n;
     double* s = abs_sum.as<double>() + row * n;
     int32_t m32 = int32_t(m), n32 = int32_t(n), k32 = int32_t(k);
-    void* args[] = {&a, &sa, &ld_sa, &b, &sb, &v, &s, &m32, &n32, &k32};
+    void* args[] = {&a, &sa, &ld_sa, &b, &sb, &sb_block_rows, &v, &s, &m32, &n32, &k32};
     CUlaunchConfig config{};
     config.gridDimX = unsigned((n + 63) / 64);
     config.gridDimY = unsigned((m + 63) / 64);
@@ -270,6 +377,14 @@ Reference gpu_reference(const GemmProblem& problem) {
   const ProblemShape& shape = problem.shape();
   const int64_t rows = problem.rows(), n = shape.n, k = shape.k, kb = problem.kb(), nb = problem.nb();
   ReferenceBuffers buffers(rows, n);
+  if (shape.wgrad) {
+    if (rows > 0)
+      buffers.launch(0, rows, problem.a.as<uint8_t>(), problem.sa_k_major.as<float>(), kb, problem.b.as<uint8_t>(),
+                     problem.sb_k_major.as<float>(), 1, k);
+    Reference ref = buffers.download();
+    reference::add_c_to_reference(ref.value, problem.host_c.data(), n, rows, n);
+    return ref;
+  }
   // One launch per run of consecutive rows of one group.
   int64_t r = 0;
   while (r < rows) {
@@ -278,7 +393,8 @@ Reference gpu_reference(const GemmProblem& problem) {
     while (end < rows && problem.row_group(end) == g) ++end;
     if (g >= 0)
       buffers.launch(r, end - r, problem.a.as<uint8_t>() + r * k, problem.sa_k_major.as<float>() + r * kb, kb,
-                     problem.b.as<uint8_t>() + int64_t(g) * n * k, problem.sb.as<float>() + int64_t(g) * nb * kb, k);
+                     problem.b.as<uint8_t>() + int64_t(g) * n * k, problem.sb.as<float>() + int64_t(g) * nb * kb,
+                     reference::kBlockN, k);
     r = end;
   }
   return buffers.download();
@@ -287,13 +403,16 @@ Reference gpu_reference(const GemmProblem& problem) {
 Reference gpu_reference_dense(const void* a, const float* sa, int64_t ld_sa, const void* b, const float* sb, int64_t m,
                               int64_t n, int64_t k) {
   ReferenceBuffers buffers(m, n);
-  if (m > 0) buffers.launch(0, m, static_cast<const uint8_t*>(a), sa, ld_sa, static_cast<const uint8_t*>(b), sb, k);
+  if (m > 0)
+    buffers.launch(0, m, static_cast<const uint8_t*>(a), sa, ld_sa, static_cast<const uint8_t*>(b), sb,
+                   reference::kBlockN, k);
   return buffers.download();
 }
 
 Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
                      double max_diff, double accum_tolerance) {
   const int64_t rows = problem.rows(), n = problem.shape().n;
+  if (problem.wgrad()) throw std::invalid_argument("check_output: a wgrad D is fp32");
   Verdict v;
   v.ok = true;
   std::ostringstream os;
@@ -328,12 +447,9 @@ Verdict check_output(const GemmProblem& problem, const Reference& ref, const std
   return v;
 }
 
-Verdict check_dense_output(const Reference& ref, const std::vector<uint16_t>& out, int64_t m, int64_t n,
-                           double max_diff, double accum_tolerance) {
-  if (out.size() != size_t(m * n) || ref.value.size() != size_t(m * n))
-    throw std::invalid_argument("check_dense_output: D and its reference must hold M x N elements");
-  const reference::CheckResult c = reference::check_bf16_output(out.data(), n, ref.value.data(), ref.abs_sum.data(),
-                                                                 m, n, max_diff, accum_tolerance);
+namespace {
+
+Verdict verdict_of(const reference::CheckResult& c) {
   Verdict v;
   v.ok = c.ok;
   v.worst_diff = std::isnan(c.diff) ? 1.0 : c.diff;
@@ -342,6 +458,31 @@ Verdict check_dense_output(const Reference& ref, const std::vector<uint16_t>& ou
   head << (v.ok ? "ok" : "FAIL") << " diff=" << v.worst_diff << " bad=" << v.bad_elements;
   v.summary = head.str() + (v.ok ? "" : "\n" + c.summary() + "\n");
   return v;
+}
+
+}  // namespace
+
+Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<float>& out,
+                     double max_diff, double accum_tolerance) {
+  const int64_t rows = problem.rows(), n = problem.shape().n;
+  if (!problem.wgrad()) throw std::invalid_argument("check_output: fp32 outputs are wgrad's");
+  if (out.size() != size_t(rows * n) || ref.value.size() != size_t(rows * n))
+    throw std::invalid_argument("check_output: D and its reference must hold M x N elements");
+  return verdict_of(reference::check_f32_output(out.data(), n, ref.value.data(), ref.abs_sum.data(), rows, n,
+                                                max_diff, accum_tolerance));
+}
+
+Verdict check_download(const GemmProblem& problem, const Reference& ref) {
+  return problem.wgrad() ? check_output(problem, ref, problem.download_output_f32())
+                         : check_output(problem, ref, problem.download_output());
+}
+
+Verdict check_dense_output(const Reference& ref, const std::vector<uint16_t>& out, int64_t m, int64_t n,
+                           double max_diff, double accum_tolerance) {
+  if (out.size() != size_t(m * n) || ref.value.size() != size_t(m * n))
+    throw std::invalid_argument("check_dense_output: D and its reference must hold M x N elements");
+  return verdict_of(reference::check_bf16_output(out.data(), n, ref.value.data(), ref.abs_sum.data(), m, n, max_diff,
+                                                 accum_tolerance));
 }
 
 }  // namespace finegemm::tools

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -34,12 +35,12 @@ int64_t parse_int(const std::string& s, const std::string& where) {
   return v;
 }
 
-GemmKind parse_kind(const std::string& s, const std::string& where) {
-  if (s == "normal") return GemmKind::kNormal;
-  if (s == "contiguous") return GemmKind::kGroupedContiguous;
-  if (s == "masked") return GemmKind::kGroupedMasked;
-  if (s == "psum") return GemmKind::kGroupedContiguousPsum;
-  throw std::runtime_error(where + ": kind must be normal, contiguous, masked or psum, got '" + s + "'");
+/// A shape of the line's kind (sizes not set yet).
+ProblemShape parse_kind(const std::string& s, const std::string& where) {
+  const std::vector<std::string>& names = shape_kind_names();
+  if (std::find(names.begin(), names.end(), s) == names.end())
+    throw std::runtime_error(where + ": kind must be normal, contiguous, masked, psum or wgrad, got '" + s + "'");
+  return shape_of_kind(s);
 }
 
 }  // namespace
@@ -56,8 +57,7 @@ std::vector<ProblemShape> parse_shapes(const std::string& text, const std::strin
     const std::string where = origin + ":" + std::to_string(line_no);
     const auto cells = split(line, ',');
     if (cells.size() < 5) throw std::runtime_error(where + ": expected kind,groups,m,n,k");
-    ProblemShape s;
-    s.kind = parse_kind(cells[0], where);
+    ProblemShape s = parse_kind(cells[0], where);
     const int64_t groups = parse_int(cells[1], where);  // range-checked before narrowing (found by fuzz_shapes)
     s.m = parse_int(cells[2], where);
     s.n = parse_int(cells[3], where);
@@ -66,7 +66,8 @@ std::vector<ProblemShape> parse_shapes(const std::string& text, const std::strin
     s.groups = int(groups);
     if (s.n == 0 || s.k == 0 || s.m > (int64_t(1) << 31) || s.n > (int64_t(1) << 31) || s.k > (int64_t(1) << 31))
       throw std::runtime_error(where + ": sizes out of range");
-    if (s.kind == GemmKind::kNormal && s.groups != 1) throw std::runtime_error(where + ": normal GEMMs have groups=1");
+    if (s.kind == GemmKind::kNormal && s.groups != 1)
+      throw std::runtime_error(where + ": " + s.kind_name() + " GEMMs have groups=1");
     shapes.push_back(s);
   }
   return shapes;
@@ -105,6 +106,11 @@ Problem problem_of(const ProblemShape& shape, bool sa_k_major) {
   p.k = shape.k;
   p.num_groups = shape.groups;
   p.sa_k_major = sa_k_major;
+  if (shape.wgrad) {
+    p.sb_per_row = true;
+    p.d_dtype = DType::kFloat32;
+    p.accumulate = true;
+  }
   if (shape.kind == GemmKind::kGroupedContiguous) {
     p.m = std::max<int64_t>(1, shape.m) * shape.groups;  // M_sum the heuristic sees (expected)
   } else {
@@ -135,7 +141,9 @@ int precompile_all(const std::vector<Problem>& problems, int num_sms, int jobs) 
   std::set<std::string> seen;
   for (const auto& p : problems) {
     const std::string key = describe_config(p, num_sms) + "|" + std::to_string(p.n) + "|" + std::to_string(p.k) + "|" +
-                            std::to_string(int(p.kind)) + "|" + std::to_string(p.sa_k_major);
+                            std::to_string(int(p.kind)) + "|" + std::to_string(p.sa_k_major) + "|" +
+                            std::to_string(p.sb_per_row) + "|" + std::to_string(int(p.d_dtype)) + "|" +
+                            std::to_string(p.accumulate) + "|" + std::to_string(p.c_is_d);
     if (seen.insert(key).second) todo.push_back(p);
   }
   std::atomic<size_t> next{0};
