@@ -189,7 +189,7 @@ def expect_untouched(call, out, message):
     assert torch.equal(out.view(torch.int16), before.view(torch.int16)), "a refused call wrote its output"
 
 
-REFUSED = ["accumulator", "1D1D recipe", "recipe_a alone", "recipe and recipe_a", "FP4 recipe_b", "FP4 a", "FP4 b",
+REFUSED = ["2D2D recipe", "recipe_a alone", "recipe and recipe_a", "FP4 recipe_b", "FP4 a", "FP4 b",
            "UE8M0 scales", "psum expected_m", "contiguous recipe", "contiguous FP4", "masked recipe",
            "masked FP4"]
 
@@ -204,14 +204,13 @@ def refused_calls(device):
     fp4 = (a[0].view(torch.int8), a[1])
     ue8m0 = (b[0], b[1].view(torch.int32))
     cases = [
-        ("accumulator", lambda: dg.fp8_gemm_nt(a, b, d, c=d), d, "c is not supported yet"),
-        ("1D1D recipe", lambda: dg.fp8_gemm_nt(a, b, d, recipe=(1, 1, 128)), d,
-         r"recipe \(1, 1, 128\) is not supported: .* recipe \(1, 128, 128\)"),
+        ("2D2D recipe", lambda: dg.fp8_gemm_nt(a, b, d, recipe=(128, 128, 128)), d,
+         r"recipe \(128, 128, 128\) is not supported: .*\(1, 128, 128\).*\(1, 1, 128\)"),
         ("recipe_a alone", lambda: dg.fp8_fp4_gemm_nt(a, b, d, recipe_a=(1, 128)), d, "go together"),
         ("recipe and recipe_a", lambda: dg.fp8_gemm_nt(a, b, d, recipe=(1, 128, 128), recipe_a=(1, 128),
                                                        recipe_b=(128, 128)), d, "not both"),
         ("FP4 recipe_b", lambda: dg.fp8_fp4_gemm_nt(a, b, d, recipe_a=(1, 128), recipe_b=(1, 32)), d,
-         r"recipe_a=\(1, 128\) and recipe_b=\(128, 128\)"),
+         r"recipe_a=\(1, 128\), recipe_b=\(1, 32\) is not supported: .*recipe_b=\(128, 128\).*recipe_b=\(1, 128\)"),
         ("FP4 a", lambda: dg.fp8_fp4_gemm_nt(fp4, b, d), d, "a holds packed FP4 values"),
         ("FP4 b", lambda: dg.fp8_fp4_gemm_nt(a, (b[0].view(torch.int8), b[1]), d), d, "b holds packed FP4 values"),
         ("UE8M0 scales", lambda: dg.fp8_gemm_nt(a, ue8m0, d), d, "b's scales are torch.int32 .UE8M0"),

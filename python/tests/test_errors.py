@@ -54,10 +54,10 @@ def test_unsupported_dtypes_and_objects_raise_type_error():
 @pytest.mark.torch
 def test_deepgemm_2x_names_refuse_what_finegemm_has_no_kernel_for():
     lhs, rhs, out = dense_operands("cpu")
-    with pytest.raises(ValueError, match="c is not supported"):
-        finegemm.fp8_gemm_nt(lhs, rhs, out, c=out)
-    with pytest.raises(ValueError, match=r"recipe \(1, 1, 128\) is not supported"):
-        finegemm.fp8_gemm_nt(lhs, rhs, out, recipe=(1, 1, 128))
+    with pytest.raises(ValueError, match=r"recipe \(128, 128, 128\) is not supported"):
+        finegemm.fp8_gemm_nt(lhs, rhs, out, recipe=(128, 128, 128))
+    with pytest.raises(ValueError, match="go together"):
+        finegemm.fp8_gemm_nt(lhs, rhs, out, recipe_b=(1, 128))
     grouped_rhs = (rhs[0][None], rhs[1][None])
     m_indices = torch.zeros(64, dtype=torch.int32)
     with pytest.raises(ValueError, match=r"recipe \(128, 128, 128\) is not supported"):
