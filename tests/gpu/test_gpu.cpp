@@ -78,6 +78,9 @@ class Gpu : public ft::GpuTest {
   }
 };
 
+/// A file of the repository (the build may live outside it, and the binary run from anywhere).
+std::string repository_file(const char* relative) { return std::string(FINEGEMM_SOURCE_DIR) + "/" + relative; }
+
 ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t k) {
   ft::ProblemShape s;
   s.kind = kind;
@@ -160,7 +163,7 @@ TEST_F(Gpu, JitKernelWithClusterAndLargeSharedMemory) {
 
 TEST_F(Gpu, DenseSeedShapes) {
   std::vector<ft::ProblemShape> shapes;
-  for (const auto& s : ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3.csv")))
+  for (const auto& s : ft::read_shape_file(repository_file("data/shapes/deepseek_v3.csv")))
     if (s.kind == GemmKind::kNormal) shapes.push_back(s);
   ASSERT_EQ(shapes.size(), 18u);
   precompile(shapes);
@@ -950,7 +953,7 @@ TEST_F(Gpu, HostAndForeignPointersAreRejectedBeforeAnyWrite) {
 
 TEST_F(Gpu, WgradSeedShapes) {
   const std::vector<ft::ProblemShape> shapes =
-      ft::read_shape_file(ft::find_data_file("data/shapes/deepseek_v3_wgrad.csv"));
+      ft::read_shape_file(repository_file("data/shapes/deepseek_v3_wgrad.csv"));
   ASSERT_EQ(shapes.size(), 7u);
   precompile(shapes);
   int i = 0;
