@@ -30,6 +30,8 @@ struct Tile {
   int32_t compute_rows = 0;  ///< rows that need computing (<= BLOCK_M): 256-row tiles skip a wave with none
   bool check_rows = false;   ///< contiguous layout: write only rows whose m_indices entry equals `group`
   bool wide = false;         ///< kWideTiles: the tile's (at most 128) rows for n-blocks n_block and n_block + 1
+  int32_t k_block0 = 0;      ///< K-grouped: the group's first K block (K_0 + ... + K_{g-1}) / 128
+  int32_t num_k_blocks = 0;  ///< K-grouped: the group's K blocks, K_g / 128 (at least 1: empty groups have no tiles)
 };
 
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, bool kWideTail = false,
@@ -58,6 +60,9 @@ struct TileScheduler {
   static_assert(!kWideTail || (kKind == GemmKind::kNormal && BLOCK_M == 256 && BLOCK_N == 128),
                 "wide tails: dense 256x128 tiles");
   static constexpr bool kWideTiles = kWideHalves || kWideTail;
+  /// Masked, psum and K-grouped layouts: the groups are walked one after another (next_masked).
+  static constexpr bool kWalksGroups = kKind == GemmKind::kGroupedMasked ||
+                                       kKind == GemmKind::kGroupedContiguousPsum || kKind == GemmKind::kGroupedK;
 
   /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
   /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
@@ -82,10 +87,14 @@ struct TileScheduler {
   int32_t tiles_before_group = 0;  ///< masked, psum: tiles of the groups before `group`
   int32_t group_rows = 0;          ///< masked, psum: valid rows of `group`
   int32_t group_start = 0;         ///< psum: row of `group`'s first row
+  int32_t total_k = 0;             ///< K-grouped: the K extent of A and B (sum of the valid K_g)
+  int32_t group_k_start = 0;       ///< K-grouped: K_0 + ... + K_{group-1} (invalid K_g counted as 0)
+  int32_t group_k = 0;             ///< K-grouped: K_group (0: an empty or invalid group)
   uint32_t error_bits = 0;         ///< kError* bits met while walking (bad m_indices / masked_m / group ends)
 
+  /// `total_k_`: K-grouped only, the K extent of A and B.
   FG_HOST_DEVICE TileScheduler(int32_t num_rows_, int32_t num_groups_, const int32_t* grouped_layout_,
-                               int32_t block_idx, int32_t num_blocks)
+                               int32_t block_idx, int32_t num_blocks, int32_t total_k_ = 0)
       : num_rows(num_rows_),
         num_groups(num_groups_),
         grouped_layout(grouped_layout_),
@@ -94,6 +103,10 @@ struct TileScheduler {
         next_tile(block_idx) {
     if constexpr (kKind == GemmKind::kGroupedMasked) group_rows = masked_rows(0);
     if constexpr (kKind == GemmKind::kGroupedContiguousPsum) enter_psum_group(0);
+    if constexpr (kKind == GemmKind::kGroupedK) {
+      total_k = total_k_;
+      enter_k_group(0);
+    }
   }
 
   /// kTailHalves: the tiles of the last round that run as halves (0 when that round has more than half as many tiles
@@ -140,6 +153,24 @@ struct TileScheduler {
     }
   }
 
+  /// K-grouped: makes g (the group after `group`, or 0) the walked group: its K extent starts where the previous
+  /// group's ends, and K_g is its entry of ks. Every group has all M rows (group_rows = M) when K_g > 0 and no tiles
+  /// when K_g == 0. A K_g that is negative, not a multiple of 128, or reaching past total_k is invalid: the group
+  /// gets no tiles (its D left as it is), counts as 0 in the K offsets, and raises kErrorGroupKInvalid.
+  FG_HOST_DEVICE void enter_k_group(int32_t g) {
+    group_k_start += group_k;
+    group_k = 0;
+    group_rows = 0;
+    if (g >= num_groups) return;
+    const int32_t k = load_layout(g);
+    if (k < 0 || k % int32_t(kBlockK) != 0 || k > total_k - group_k_start) {
+      error_bits |= kErrorGroupKInvalid;
+      return;
+    }
+    group_k = k;
+    group_rows = k > 0 ? num_rows : 0;
+  }
+
   FG_HOST_DEVICE int32_t load_layout(int32_t i) const {
 #if defined(__CUDA_ARCH__)
     int32_t v;
@@ -177,7 +208,7 @@ struct TileScheduler {
 
   /// Advances to this CTA's next tile; false when there is none left.
   FG_HOST_DEVICE bool next(Tile& tile) {
-    if constexpr (kKind == GemmKind::kGroupedMasked || kKind == GemmKind::kGroupedContiguousPsum) {
+    if constexpr (kWalksGroups) {
       return next_masked(tile);
     } else {
       bool second_pass = false;
@@ -199,7 +230,7 @@ struct TileScheduler {
   /// the pipeline state in per-thread registers (170 instead of 156 instructions).
   FG_HOST_DEVICE bool next_candidate(Tile& tile, bool& has_work) {
     has_work = true;
-    if constexpr (kKind == GemmKind::kGroupedMasked || kKind == GemmKind::kGroupedContiguousPsum) {
+    if constexpr (kWalksGroups) {
       return next_masked(tile);
     } else {
       bool second_pass = false;
@@ -351,10 +382,11 @@ struct TileScheduler {
     return true;
   }
 
-  /// Masked and psum layouts: the tiles of each group's rows (a psum group's rows start at group_start), group after
-  /// group. Padding (rows past masked_m, or between a psum group's end and the next group's start) is in no tile: it
-  /// costs no candidate and no load. A psum tile ends at its group's end (row_limit), so the epilogue writes no row
-  /// past it.
+  /// Masked, psum and K-grouped layouts: the tiles of each group's rows (a psum group's rows start at group_start),
+  /// group after group. Padding (rows past masked_m, or between a psum group's end and the next group's start) is in
+  /// no tile: it costs no candidate and no load. A psum tile ends at its group's end (row_limit), so the epilogue
+  /// writes no row past it. K-grouped: every group with K_g > 0 has the M x N tiles of D[g] (rows g * M + .. of the
+  /// [G * M, N] view), over its own K blocks; groups with K_g == 0 have none.
   FG_HOST_DEVICE bool next_masked(Tile& tile) {
     const int32_t t = next_tile;
     // Walk forward to the group holding tile t (tiles of a CTA only move forward): one load per group passed.
@@ -372,12 +404,18 @@ struct TileScheduler {
         tile.row_limit = min_of(BLOCK_M, group_rows - tile.m_block * BLOCK_M);
         tile.compute_rows = tile.row_limit;
         tile.check_rows = false;
+        if constexpr (kKind == GemmKind::kGroupedK) {
+          tile.k_block0 = group_k_start / int32_t(kBlockK);
+          tile.num_k_blocks = group_k / int32_t(kBlockK);
+        }
         return true;
       }
       tiles_before_group += group_tiles;
       ++group;
       if constexpr (kKind == GemmKind::kGroupedContiguousPsum)
         enter_psum_group(group);
+      else if constexpr (kKind == GemmKind::kGroupedK)
+        enter_k_group(group);
       else
         group_rows = masked_rows(group);
     }

@@ -30,6 +30,12 @@ struct GemmArgs {
   uint32_t* error_flags;      ///< device error word: the kError* bits
   int64_t ld_d;               ///< row stride of D, elements
   uint32_t d_evict_first;     ///< 1: D's TMA stores carry the L2 evict-first hint (outputs larger than the L2)
+  // K-grouped GEMM only (GemmKind::kGroupedK): tma_a and tma_b are templates whose address, K extent and row stride
+  // each CTA rewrites per group into its own four descriptors here (A's two, then B's two; 128 bytes each).
+  TmaDescriptor* k_grouped_maps;  ///< gridDim.x * 4 descriptors in global memory, 128-byte aligned
+  const uint8_t* a_base;      ///< A's flat fp8 data: group g's [M, K_g] block at element M * (K_0 + ... + K_{g-1})
+  const uint8_t* b_base;      ///< B's, likewise with N rows
+  int32_t total_k;            ///< K_0 + ... + K_{G-1}: the K extent A and B hold (a larger sum of K_g is an error)
 };
 
 // The scalars read at a tile's start (num_rows .. ld_sa) share one 64-byte line: they start on a 64-byte boundary of

@@ -23,7 +23,13 @@ typedef long long int64_t;
 namespace finegemm::device {
 
 /// Same values as finegemm::GemmKind on the host.
-enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedContiguousPsum = 3 };
+enum class GemmKind : int {
+  kNormal = 0,
+  kGroupedContiguous = 1,
+  kGroupedMasked = 2,
+  kGroupedContiguousPsum = 3,
+  kGroupedK = 4,  ///< K-grouped weight gradient: per group D[g] += A_g x B_g^T, K_g read on the device (K not compiled in)
+};
 
 /// Bits of the device error word (same values as finegemm::DeviceErrorFlag).
 enum : uint32_t {
@@ -31,6 +37,7 @@ enum : uint32_t {
   kErrorMaskedMTooLarge = 1u << 1,
   kErrorExpertIdInconsistent = 1u << 2,
   kErrorGroupEndInvalid = 1u << 3,
+  kErrorGroupKInvalid = 1u << 4,
 };
 
 template <typename T>

@@ -212,8 +212,9 @@ struct MathWarpgroup {
   /// One tile's K loop over K blocks [kb_first, kb_first + kKBlocksPerCta). `first` carries first_granules, as a
   /// compile-time constant (Constant<V>) or not; `wide` (Constant<0 or 1>) whether the tile is wide; `waves`
   /// (Constant<1 or kNumWaves>) how many waves it computes.
+  /// `num_kb`: the tile's K blocks, kKBlocksPerCta but for K-grouped tiles (Cfg::kRuntimeK).
   template <class First, class Wide, class Waves>
-  FG_DEVICE void k_loop(First first, Wide wide, Waves, const uint32_t kb_first) {
+  FG_DEVICE void k_loop(First first, Wide wide, Waves, const uint32_t kb_first, const uint32_t num_kb) {
     constexpr uint32_t kKDepth = Cfg::kKDepth;
     constexpr uint32_t kKBlocksPerCta = Cfg::kKBlocksPerCta;
     if constexpr (kKDepth > 1) {
@@ -292,8 +293,15 @@ struct MathWarpgroup {
         }
         pipe.advance();
       };
-      k_block(Constant<1>(), 0);
-      for (uint32_t kb = 1; kb < kKBlocksPerCta; ++kb) k_block(Constant<0>(), kb);
+      if constexpr (Cfg::kRuntimeK) {
+        // Every block accumulates (no kAssignFirst: the running sums were zeroed at the tile's start).
+        static_assert(!Cfg::kAssignFirst, "K-grouped tiles zero their running sums first");
+#pragma unroll 1
+        for (uint32_t kb = 0; kb < num_kb; ++kb) k_block(Constant<0>(), kb);
+      } else {
+        k_block(Constant<1>(), 0);
+        for (uint32_t kb = 1; kb < kKBlocksPerCta; ++kb) k_block(Constant<0>(), kb);
+      }
     }
   }
 
@@ -303,6 +311,7 @@ struct MathWarpgroup {
   FG_DEVICE void compute_tile(const Tile& tile, const uint32_t kb_first) {
     constexpr uint32_t kNumScaleGranules = Cfg::kNumScaleGranules;
     // A tile straddling two SB blocks switches scale at column 128 - n_start % 128, a multiple of kScaleGranule.
+    const uint32_t num_kb = Cfg::kRuntimeK ? uint32_t(tile.num_k_blocks) : Cfg::kKBlocksPerCta;
     const uint32_t first_granules =
         Cfg::kUniformScaleB ? kNumScaleGranules
                             : min_of((128 - tile.n_block * BLOCK_N % 128) / Cfg::kScaleGranule, kNumScaleGranules);
@@ -315,10 +324,10 @@ struct MathWarpgroup {
     // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
     auto k_loops_of = [&](auto wide, auto waves) {
       if constexpr (kNumScaleGranules <= Cfg::kMaxScaleVariants) {
-        auto k_loop_of = [&](auto first) { k_loop(first, wide, waves, kb_first); };
+        auto k_loop_of = [&](auto first) { k_loop(first, wide, waves, kb_first, num_kb); };
         with_constant<1, kNumScaleGranules>(first_granules, k_loop_of);
       } else {
-        k_loop(RuntimeValue{first_granules}, wide, waves, kb_first);
+        k_loop(RuntimeValue{first_granules}, wide, waves, kb_first, num_kb);
       }
     };
     // A tile with at most kWaveRows rows to compute runs wave 0 only (a wide tile has both). Tested at run time, ptxas

@@ -47,6 +47,64 @@ FG_DEVICE void load_c_tile(const GemmArgs& args, const GemmSmem& smem, const Til
   }
 }
 
+/// The K blocks of a tile this CTA computes: [kb_begin, kb_end(...)); K-grouped tiles have their group's.
+template <class Cfg>
+FG_DEVICE uint32_t tile_kb_end(const Tile& tile, uint32_t kb_begin) {
+  if constexpr (Cfg::kRuntimeK) return uint32_t(tile.num_k_blocks);
+  return kb_begin + Cfg::kKBlocksPerCta;
+}
+
+/// K-grouped GEMM: one TMA issuer's descriptor of its operand's current group. A_g ([M, K_g], row stride K_g bytes)
+/// and B_g differ per group in base and row stride, which one descriptor cannot address: at each group change the
+/// issuer copies the host-encoded template (GemmArgs::tma_a / tma_b) into one of its two slots in global memory,
+/// replaces the address, K extent and row stride (tensormap.replace), and fences it for the TMA unit. Two slots, so
+/// that the previous group's loads, possibly still in flight, keep theirs; a slot is rewritten only once the loads
+/// last issued through it completed: those of stage position p are complete once the math released position p,
+/// which the issuer's own empty wait at position p + kNumStages shows (waited for here when not yet passed).
+template <class Cfg>
+struct GroupedKMaps {
+  TmaDescriptor* slots;     // this issuer's two descriptors
+  const TmaDescriptor* base;
+  const uint8_t* data;      // the operand's flat fp8 data
+  uint32_t rows;            // M or N: rows of every group's block
+  int32_t group = -1;
+  uint32_t slot = 1;
+  uint32_t issued = 0;      // stage positions this issuer filled
+  uint32_t last_use0 = 0, last_use1 = 0;  // `issued` after the last tile loaded through slot 0 / 1 (0: never used)
+
+  /// The descriptor of `tile`'s group (rewritten into the other slot when the group changed).
+  FG_DEVICE const TmaDescriptor* enter(const GemmSmem& smem, const Tile& tile) {
+    TmaDescriptor* map = slots + slot;
+    if (tile.group == group) return map;
+    group = tile.group;
+    slot ^= 1;
+    map = slots + slot;
+    const uint32_t last_use = slot == 0 ? last_use0 : last_use1;
+    if (last_use != 0 && last_use + Cfg::kNumStages > issued) {
+      // Position last_use - 1 was the slot's last: wait as the fill of position last_use - 1 + kNumStages will.
+      const uint32_t q = last_use - 1 + Cfg::kNumStages;
+      ptx::mbarrier_wait(&smem.empty_barriers[q % Cfg::kNumStages], ((q / Cfg::kNumStages) & 1) ^ 1);
+    }
+    const uint32_t k = uint32_t(tile.num_k_blocks) * kBlockK;
+    ptx::tensormap_copy_to_global(map, base);
+    ptx::tensormap_replace_global_address(map, data + uint64_t(rows) * uint64_t(tile.k_block0) * kBlockK);
+    ptx::tensormap_replace_global_dim0(map, k);
+    ptx::tensormap_replace_global_stride0(map, k);
+    ptx::tensormap_fence_release();
+    ptx::tensormap_fence_acquire(map);
+    return map;
+  }
+
+  /// After a tile's `num_stages` stages were issued through the current slot.
+  FG_DEVICE void used(uint32_t num_stages) {
+    issued += num_stages;
+    if (slot == 0)
+      last_use0 = issued;
+    else
+      last_use1 = issued;
+  }
+};
+
 /// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box. `kb_begin`: the first of the K
 /// blocks this CTA computes of each tile (split-K).
 template <class Cfg>
@@ -56,45 +114,54 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   PipelineState<Cfg::kNumStages> pipe;
   Tile tile;
   uint32_t c_phase = 0;
+  GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4, &args.tma_a, args.a_base, uint32_t(args.num_rows)};
   while (scheduler.next(tile)) {
     if constexpr (Cfg::kAddC) {
       load_c_tile<Cfg>(args, smem, tile, c_phase);
       c_phase ^= 1;
     }
-    // A masked GEMM's SA is [G * KB, M_max]: the group is in the K-block coordinate.
-    const int32_t sa_row_base = (Cfg::kGemmKind == GemmKind::kGroupedMasked)
-                                    ? tile.row_base - tile.group * args.num_rows
-                                    : tile.row_base;
-    const int32_t sa_kb_base = (Cfg::kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(Cfg::kNumKBlocks) : 0;
+    // A masked GEMM's SA is [G * KB, M_max]: the group is in the K-block coordinate. A K-grouped GEMM's SA is
+    // [sum KB_g, M]: rows of the group's own, from its first K block. (So are its A's rows: A_g is [M, K_g].)
+    constexpr bool kGroupRows = Cfg::kGemmKind == GemmKind::kGroupedMasked || Cfg::kRuntimeK;
+    const int32_t sa_row_base = kGroupRows ? tile.row_base - tile.group * args.num_rows : tile.row_base;
+    const int32_t sa_kb_base = (Cfg::kGemmKind == GemmKind::kGroupedMasked) ? tile.group * int32_t(Cfg::kNumKBlocks)
+                               : Cfg::kRuntimeK                             ? tile.k_block0
+                                                                            : 0;
     // A with fewer rows than BLOCK_M comes in a box of only its rows (rounded up to 8, set on the host): a box reaching
     // many rows past the tensor's end measured up to 28% slower for the whole GEMM (H100). The smem rows left
     // unwritten feed only output rows that are not stored. Tiles of at most 128 rows of the kernels with a half box
     // load only those through a box of 128 rows.
     const bool a_half = Cfg::kAHalfBox && tile.compute_rows <= int32_t(Cfg::BLOCK_M / 2);
     const TmaDescriptor* tma_a = a_half ? &args.tma_a_half : &args.tma_a;
+    if constexpr (Cfg::kRuntimeK) tma_a = maps.enter(smem, tile);
+    const int32_t a_row = Cfg::kRuntimeK ? sa_row_base : tile.row_base;
     const uint32_t a_box_rows = a_half ? min_of(args.a_box_rows, Cfg::BLOCK_M / 2) : args.a_box_rows;
     const uint32_t a_bytes = Cfg::kABytes - Layout::kABytesPerStage + a_box_rows * kBlockK;
+    const uint32_t kb_end = tile_kb_end<Cfg>(tile, kb_begin);
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers
-    for (uint32_t kb = kb_begin; kb < kb_begin + Cfg::kKBlocksPerCta; ++kb) {
+    for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty_barriers[pipe.stage], pipe.phase ^ 1);
       uint64_t* full = &smem.full_barriers[pipe.stage];
       ptx::mbarrier_arrive_expect_tx(full, a_bytes);
       const int32_t k_idx = int32_t(kb * kBlockK);
       uint8_t* a_dst = smem.a + pipe.stage * Layout::kABytesPerStage;
       float* sa_dst = smem.sa + pipe.stage * Cfg::kSaFloatsPerStage;
-      ptx::tma_load_2d(tma_a, full, a_dst, k_idx, tile.row_base);
+      ptx::tma_load_2d(tma_a, full, a_dst, k_idx, a_row);
       if constexpr (Cfg::kSaMode == kSaMnMajor)
         ptx::tma_load_2d(&args.tma_sa, full, sa_dst, sa_row_base, sa_kb_base + int32_t(kb));
       // K-major: rows of the [rows, KB] view (a masked GEMM's group is in row_base), the 4 K blocks from kb & ~3 (a
       // box must start on a 16-byte boundary of the row: an unaligned start traps); the math reads column kb % 4.
       if constexpr (Cfg::kSaMode == kSaKMajorTma)
         ptx::tma_load_2d(&args.tma_sa, full, sa_dst, int32_t(kb & ~3u), tile.row_base);
-      // 1x128 SB: the tile's columns of K block kb (a grouped GEMM's group is in the K-block coordinate).
+      // 1x128 SB: the tile's columns of K block kb (a grouped GEMM's group is in the K-block coordinate; a
+      // K-grouped one's K blocks start at the group's first).
       if constexpr (Cfg::kSbPerColumn)
         ptx::tma_load_2d(&args.tma_sb, full, smem.sb + pipe.stage * Cfg::kSbFloatsPerStage,
-                         int32_t(tile.n_block * Cfg::BLOCK_N), tile.group * int32_t(Cfg::kNumKBlocks) + int32_t(kb));
+                         int32_t(tile.n_block * Cfg::BLOCK_N),
+                         (Cfg::kRuntimeK ? tile.k_block0 : tile.group * int32_t(Cfg::kNumKBlocks)) + int32_t(kb));
       pipe.advance();
     }
+    if constexpr (Cfg::kRuntimeK) maps.used(kb_end - kb_begin);
   }
 }
 
@@ -102,19 +169,22 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
 /// second half. B read by few tiles is loaded evict-first (args.b_evict_first, decided on the host): its lines then
 /// replace each other rather than what else the L2 holds (A, which every tile reads; other kernels' lines, written
 /// back first when dirty). Otherwise the plain load: a hinted one with an evict-normal policy measured slower.
+/// `tma_b`: B's descriptor (K-grouped: the group's, whose rows are its own N).
 template <class Cfg>
 FG_DEVICE void load_b_tile(const GemmArgs& args, const GemmSmem& smem, const Tile& t, uint32_t stage, uint32_t kb,
-                           bool second = false) {
+                           bool second = false, const TmaDescriptor* tma_b = nullptr) {
   using Layout = typename Cfg::Layout;
   uint64_t* full = &smem.full_barriers[stage];
-  const int32_t b_row = t.group * int32_t(Cfg::N) + (t.n_block + int32_t(second)) * int32_t(Cfg::BLOCK_N);
+  const int32_t b_row = (Cfg::kRuntimeK ? 0 : t.group * int32_t(Cfg::N)) +
+                        (t.n_block + int32_t(second)) * int32_t(Cfg::BLOCK_N);
+  if (!Cfg::kRuntimeK) tma_b = &args.tma_b;
   const int32_t k_idx = int32_t(kb * kBlockK);
   uint8_t* b_dst = second ? smem.a + stage * Layout::kABytesPerStage + Cfg::kWideBOffset
                           : smem.b + stage * Layout::kBBytesPerStage;
   if (args.b_evict_first)
-    ptx::tma_load_2d_hinted(&args.tma_b, full, b_dst, k_idx, b_row, ptx::l2_policy_evict_first());
+    ptx::tma_load_2d_hinted(tma_b, full, b_dst, k_idx, b_row, ptx::l2_policy_evict_first());
   else
-    ptx::tma_load_2d(&args.tma_b, full, b_dst, k_idx, b_row);
+    ptx::tma_load_2d(tma_b, full, b_dst, k_idx, b_row);
 }
 
 /// B's issuer: a thread of its own, since one thread issuing A, SA and B paced the narrow small-M tiles.
@@ -128,7 +198,7 @@ FG_DEVICE void load_b_stages(const GemmArgs& args, const GemmSmem& smem, typenam
     // time); a tile's odd last K block alone. The math releases stages in order, so the second stage's release
     // implies the first's (across the ring's wrap too).
     while (scheduler.next(tile)) {
-      const uint32_t kb_end = kb_begin + Cfg::kKBlocksPerCta;
+      const uint32_t kb_end = tile_kb_end<Cfg>(tile, kb_begin);
 #pragma unroll 1
       for (uint32_t kb = kb_begin; kb < kb_end; kb += 2) {
         const bool pair = kb + 1 < kb_end;
@@ -146,16 +216,20 @@ FG_DEVICE void load_b_stages(const GemmArgs& args, const GemmSmem& smem, typenam
       }
     }
   } else {
+    GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4 + 2, &args.tma_b, args.b_base, Cfg::N};
     while (scheduler.next(tile)) {
       const bool wide = Cfg::kWideTiles && tile.wide;
+      const TmaDescriptor* tma_b = Cfg::kRuntimeK ? maps.enter(smem, tile) : nullptr;
+      const uint32_t kb_end = tile_kb_end<Cfg>(tile, kb_begin);
 #pragma unroll 1
-      for (uint32_t kb = kb_begin; kb < kb_begin + Cfg::kKBlocksPerCta; ++kb) {
+      for (uint32_t kb = kb_begin; kb < kb_end; ++kb) {
         ptx::mbarrier_wait(&smem.empty_barriers[pipe.stage], pipe.phase ^ 1);
         ptx::mbarrier_arrive_expect_tx(&smem.full_barriers[pipe.stage], wide ? 2 * Cfg::kBBytes : Cfg::kBBytes);
-        load_b_tile<Cfg>(args, smem, tile, pipe.stage, kb);
+        load_b_tile<Cfg>(args, smem, tile, pipe.stage, kb, false, tma_b);
         if (wide) load_b_tile<Cfg>(args, smem, tile, pipe.stage, kb, true);
         pipe.advance();
       }
+      if constexpr (Cfg::kRuntimeK) maps.used(kb_end - kb_begin);
     }
   }
 }
@@ -182,7 +256,7 @@ FG_DEVICE void stage_scales(const GemmArgs& args, const GemmSmem& smem, typename
         (!Cfg::kUniformScaleB && sb_block + 1 < Cfg::kNumSbBlocks && n_start % 128 + Cfg::BLOCK_N > 128) ||
         (Cfg::kWideTiles && tile.wide);
     const float* sb_src = args.sb + (uint64_t(tile.group) * Cfg::kNumSbBlocks + sb_block) * Cfg::kNumKBlocks;
-    const uint32_t kb_end = kb_begin + Cfg::kKBlocksPerCta;
+    const uint32_t kb_end = tile_kb_end<Cfg>(tile, kb_begin);
     for (uint32_t kb_base = kb_begin; kb_base < kb_end; kb_base += 32) {
       // One load per lane covers the next 32 K blocks, so the global latency is paid once per 32 stages.
       const uint32_t my_kb = kb_base + lane_idx;

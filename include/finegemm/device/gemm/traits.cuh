@@ -39,6 +39,9 @@ struct GemmTraits {
   /// D += A x B^T: the epilogue's TMA stores are reductions (fp32 adds in the L2) into D.
   static constexpr bool kAddToD = kOutput == kOutF32AddToD;
   static constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;
+  /// K-grouped: K is not compiled in (K = 0); each tile runs over its group's K blocks (Tile::k_block0,
+  /// Tile::num_k_blocks), A and B through per-group descriptors the issuers write (GroupedKMaps).
+  static constexpr bool kRuntimeK = kGemmKind == GemmKind::kGroupedK;
   static constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
   static constexpr uint32_t kKBlocksPerCta = kNumKBlocks / kSplitK;
   static constexpr uint32_t kNumNBlocks = ceil_div(N, BLOCK_N);

@@ -52,6 +52,13 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                 "fp32 outputs: no wide tiles (their waves are stored as two bf16 n-blocks)");
   static_assert(kOutput != kOutF32AddC || kSplitK == 1, "C's tile is loaded for the CTA that stores the tile only: "
                 "no split-K");
+  // K-grouped: K read per group on the device (K = 0 here), in the one shape that keeps its code small: two math
+  // warpgroups taking turns over 128-row tiles, 1x128 scales of both operands by TMA, fp32 reduced into D.
+  static_assert((kKind == int(GemmKind::kGroupedK)) == (K == 0), "K = 0: run-time K, the K-grouped kind only");
+  static_assert(kKind != int(GemmKind::kGroupedK) ||
+                    (BLOCK_M == 128 && gemm_k_depth(BLOCK_M, BLOCK_N) == 1 && kSplitK == 1 && !kWideTail &&
+                     kSaMode == kSaMnMajor && kSbMode == kSbRowMnMajor && kOutput == kOutF32AddToD),
+                "K-grouped: 128-row tiles with turns, no split-K, MN-major 1x128 scales, D += A x B^T in fp32");
 
   // ---- Types and constants ----------------------------------------------------------------------
   using Cfg = GemmTraits<kKind, N, K, BLOCK_M, BLOCK_N, kNumStages, kSaMode, kSplitK, kWideTail, kSbMode, kOutput>;
@@ -128,7 +135,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
   typename Cfg::Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK,
-                                    gridDim.x / kSplitK);
+                                    gridDim.x / kSplitK, args.total_k);
   const uint32_t kb_begin = kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0;
 
   // ---- Register reconfiguration, then producer / math --------------------------------------------------

@@ -79,4 +79,53 @@ FG_DEVICE void tma_store_wait() {
   asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
+// ---- Tensor-map updates in global memory (the K-grouped GEMM's per-group descriptors of A and B) ----
+// A CTA rewrites a descriptor in global memory with generic stores and tensormap.replace, then makes it visible to
+// the TMA unit (the tensormap proxy) with a release fence and an acquire fence on its address before it loads through
+// it. The PTX ISA's pattern (fence.proxy.tensormap); the descriptor is 128 bytes, 128-byte aligned.
+
+/// Copies the 128-byte descriptor `src` (a kernel parameter) to `dst` in global memory with generic stores.
+FG_DEVICE void tensormap_copy_to_global(TmaDescriptor* dst, const TmaDescriptor* src) {
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    asm volatile("st.global.v2.b64 [%0], {%1, %2};" ::"l"(reinterpret_cast<uint64_t>(&dst->opaque[i])),
+                 "l"(src->opaque[i]), "l"(src->opaque[i + 1])
+                 : "memory");
+  }
+}
+
+/// Sets the global address of the tensor map at `desc` (global memory).
+FG_DEVICE void tensormap_replace_global_address(TmaDescriptor* desc, const void* address) {
+  asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "l"(reinterpret_cast<uint64_t>(address))
+               : "memory");
+}
+
+/// Sets the extent of dimension 0 (the innermost, in elements) of the tensor map at `desc` (global memory).
+FG_DEVICE void tensormap_replace_global_dim0(TmaDescriptor* desc, uint32_t extent) {
+  asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 0, %1;" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "r"(extent)
+               : "memory");
+}
+
+/// Sets the stride of dimension 1 (bytes; the ISA numbers the strides from dimension 1, as ordinal 0) of the tensor
+/// map at `desc` (global memory).
+FG_DEVICE void tensormap_replace_global_stride0(TmaDescriptor* desc, uint64_t stride_bytes) {
+  asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 0, %1;" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "l"(stride_bytes)
+               : "memory");
+}
+
+/// Orders this thread's earlier generic-proxy writes of tensor maps before later tensormap-proxy reads (GPU scope).
+FG_DEVICE void tensormap_fence_release() { asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory"); }
+
+/// Makes the tensor map at `desc` (global memory), released above, visible to this thread's later TMA instructions.
+FG_DEVICE void tensormap_fence_acquire(const TmaDescriptor* desc) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(reinterpret_cast<uint64_t>(desc))
+               : "memory");
+}
+
 }  // namespace finegemm::device::ptx
