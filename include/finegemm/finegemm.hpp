@@ -142,6 +142,30 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView
                                            const TensorView& sb, const TensorView& d, const TensorView& masked_m,
                                            int expected_m, Stream stream = nullptr);
 
+/// MoE weight gradient, K-grouped (DeepGEMM's k_grouped_fp8_gemm_nt_contiguous on SM90): for each expert g with
+/// K_g tokens, D[g] (fp32 [M, N]) = C[g] + A_g x B_g^T, where A_g is fp8 [M, K_g] and B_g fp8 [N, K_g], both K-major
+/// and scaled per 1x128 block along K (the tokens). The experts' blocks lie back to back:
+/// `a`: fp8 [sum_g M * K_g], flat: A_g's [M, K_g] row-major block starts at element M * (K_0 + ... + K_{g-1}).
+/// `sa`: fp32 [M, sum_g K_g / 128] MN-major, strides {1, M}: expert g's K blocks from column (K_0 + ... + K_{g-1}) / 128.
+/// `b`, `sb`: likewise with N. `d`: fp32 [G, M, N], contiguous. `ks`: the K_g on the host (each a multiple of 128, 0 for
+/// an expert without tokens; their sum the K extent of `a` and `b`); `ks_device`: int32 [G] on the device with the same
+/// values, the ones the kernel reads (they may change between CUDA-graph replays, keeping the sum; a K_g that is
+/// negative, not a multiple of 128 or reaching past the sum leaves D[g] as it is and raises
+/// kDeviceErrorGroupKInvalid). `accumulate`: true, D += A_g x B_g^T (C is D; an empty expert's D[g] is untouched);
+/// false, D[g] = A_g x B_g^T (D is zeroed first by a memset on `stream`, so an empty expert's D[g] is zero).
+/// M % 8 == 0 and N % 8 == 0 (16-byte TMA strides of D and the scales); M, N >= 1. `workspace`: device memory of at
+/// least k_grouped_workspace_bytes() bytes, 128-byte aligned, where the kernel writes each CTA's per-expert TMA
+/// descriptors; nullopt uses one buffer per device kept by finegemm, so calls without a workspace must not run
+/// concurrently (on different streams) with each other.
+void k_grouped_gemm_fp8_fp8_f32_nt(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                   const TensorView& sb, const TensorView& d, const std::vector<int64_t>& ks,
+                                   const TensorView& ks_device, bool accumulate,
+                                   const std::optional<TensorView>& workspace = std::nullopt, Stream stream = nullptr);
+
+/// Bytes of the workspace k_grouped_gemm_fp8_fp8_f32_nt needs on a GPU of `num_sms` SMs (0: the current device's):
+/// four 128-byte TMA descriptors per CTA.
+int64_t k_grouped_workspace_bytes(int num_sms = 0);
+
 /// Bits set by kernels when they met device-side data they could not use (reset with reset_device_error_flags).
 enum DeviceErrorFlag : uint32_t {
   kDeviceErrorNone = 0,
@@ -153,6 +177,9 @@ enum DeviceErrorFlag : uint32_t {
   /// Psum layout: a group's end was below its start (the previous end rounded up to 128) or past M_sum: the group
   /// kept only the rows that exist between the two (none, or up to M_sum).
   kDeviceErrorGroupEndInvalid = 1u << 3,
+  /// K-grouped: a K_g of ks_device was negative, not a multiple of 128, or reached past the K extent of A and B: that
+  /// expert's D[g] was left as it was.
+  kDeviceErrorGroupKInvalid = 1u << 4,
 };
 /// Reads the device error flags of the current device (synchronizes the current context).
 uint32_t device_error_flags();
@@ -180,21 +207,29 @@ void set_num_sms(int num_sms);
 void set_pdl(bool enabled);
 bool get_pdl();
 
-/// Kinds of GEMM finegemm implements (kGroupedContiguousPsum: the contiguous layout given by group ends).
-enum class GemmKind : int { kNormal = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedContiguousPsum = 3 };
+/// Kinds of GEMM finegemm implements (kGroupedContiguousPsum: the contiguous layout given by group ends; kGroupedK:
+/// the K-grouped weight gradient, k_grouped_gemm_fp8_fp8_f32_nt).
+enum class GemmKind : int {
+  kNormal = 0,
+  kGroupedContiguous = 1,
+  kGroupedMasked = 2,
+  kGroupedContiguousPsum = 3,
+  kGroupedK = 4,
+};
 
 /// A GEMM problem as the heuristic sees it.
 struct Problem {
   GemmKind kind = GemmKind::kNormal;
-  int64_t m = 0;           ///< rows (normal), M_sum (contiguous), expected rows per group (masked, psum)
+  int64_t m = 0;           ///< rows (normal), M_sum (contiguous), expected rows per group (masked, psum), M (K-grouped)
   int64_t n = 0;
-  int64_t k = 0;
+  int64_t k = 0;           ///< K; K-grouped: the expected K per group (sum / G), for the time model only
   int num_groups = 1;
   int64_t m_max = 0;       ///< masked only: M_max
   bool sa_k_major = false; ///< SA given K-major ([M, KB] row-major)
-  bool sb_per_row = false; ///< normal only: B's scales per 1x128 row block ([N, KB]) instead of per 128x128 block
-  DType d_dtype = DType::kBFloat16;  ///< normal only: kBFloat16 or kFloat32
-  bool accumulate = false; ///< normal only: D = C + A x B^T (fp32 D)
+  /// normal: B's scales per 1x128 row block ([N, KB]) instead of per 128x128 block; K-grouped: must be true
+  bool sb_per_row = false;
+  DType d_dtype = DType::kBFloat16;  ///< normal: kBFloat16 or kFloat32; K-grouped: kFloat32
+  bool accumulate = false; ///< normal: D = C + A x B^T (fp32 D); K-grouped: must be true (C = None zeroes D first)
   bool c_is_d = true;      ///< with accumulate: C is D itself (D += A x B^T), or another tensor
 };
 

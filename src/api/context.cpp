@@ -58,6 +58,16 @@ CUdeviceptr Context::error_flags(int device) {
   return ptr;
 }
 
+CUdeviceptr Context::k_grouped_workspace(int device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& [ptr, size] = k_grouped_workspaces_[device];
+  if (size >= bytes) return ptr;
+  // NOTE: a smaller buffer is kept (not freed): a kernel enqueued earlier may still write into it.
+  jit::check_cu(jit::driver().cuMemAlloc(&ptr, size_t(bytes)), "cuMemAlloc(K-grouped workspace)");
+  size = bytes;
+  return ptr;
+}
+
 void Context::check_hopper(int device, const char* where) {
   const jit::DeviceInfo& info = runtime_.device_info(device);
   check(info.major == 9 && info.minor == 0, Error::Kind::kUnsupported, where,

@@ -42,6 +42,10 @@ class Context {
   /// The device error word of `device` (kernels OR device::kError* bits into it), allocated zeroed on first use.
   CUdeviceptr error_flags(int device);
 
+  /// The K-grouped GEMMs' descriptor workspace of `device` (k_grouped_workspace_bytes), at least `bytes` bytes,
+  /// allocated on first use and grown (never shrunk) for larger grids. Shared by the calls that pass no workspace.
+  CUdeviceptr k_grouped_workspace(int device, int64_t bytes);
+
   /// Throws Error(kUnsupported) unless `device` is a Hopper GPU (compute capability 9.0); `where` names the call.
   void check_hopper(int device, const char* where);
 
@@ -54,6 +58,7 @@ class Context {
   std::atomic<bool> pdl_{false};
   std::mutex mutex_;
   std::unordered_map<int, CUdeviceptr> error_flags_;
+  std::unordered_map<int, std::pair<CUdeviceptr, int64_t>> k_grouped_workspaces_;  // pointer, bytes
 };
 
 }  // namespace finegemm::api

@@ -44,7 +44,7 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
 
 /// Everything a launch depends on, as a flat key.
 struct PlanKey {
-  std::array<uint64_t, 23> words{};
+  std::array<uint64_t, 26> words{};
   bool operator==(const PlanKey& o) const { return words == o.words; }
 };
 
@@ -66,7 +66,9 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
              uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
              p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
              uint64_t(c.a_rows), uint64_t(c.sb_per_row) | uint64_t(c.d_dtype) << 1, uint64_t(c.ld_sb), p(c.c),
-             uint64_t(c.ld_c)};
+             uint64_t(c.ld_c),
+             // K-grouped: the sum of K and its mean (never the K_g: they may change between graph replays)
+             uint64_t(c.expected_k), p(c.workspace), uint64_t(c.workspace_bytes)};
   return k;
 }
 
@@ -126,6 +128,7 @@ const char* kind_name(GemmKind kind) {
     case GemmKind::kGroupedContiguous: return "contiguous";
     case GemmKind::kGroupedMasked: return "masked";
     case GemmKind::kGroupedContiguousPsum: return "psum";
+    case GemmKind::kGroupedK: return "k-grouped";
   }
   return "?";
 }
@@ -139,6 +142,7 @@ Problem problem_of(const GemmCall& c) {
   p.n = c.n;
   p.k = c.k;
   p.num_groups = c.num_groups;
+  if (c.kind == GemmKind::kGroupedK) p.k = c.expected_k;
   p.m_max = c.kind == GemmKind::kGroupedMasked ? c.rows : 0;
   p.sa_k_major = c.sa_k_major;
   p.sb_per_row = c.sb_per_row;
@@ -146,6 +150,57 @@ Problem problem_of(const GemmCall& c) {
   p.accumulate = c.c != nullptr;
   p.c_is_d = c.c == c.d;
   return p;
+}
+
+/// K-grouped: the descriptors and arguments (the A and B descriptors are templates each CTA rewrites per group).
+void build_k_grouped_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
+  const uint64_t sum_kb = uint64_t(c.k / 128);
+  args.a_box_rows = uint32_t(std::min<int64_t>(cfg.block_m, (c.rows + 7) / 8 * 8));
+  // A_g and B_g as [rows, K_g] with row stride K_g bytes: here K_g = 128 stands in until a CTA replaces address, K
+  // extent and stride.
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, device::kBlockK,
+            uint64_t(c.rows), device::kBlockK, device::kBlockK, args.a_box_rows, CU_TENSOR_MAP_SWIZZLE_128B,
+            "cuTensorMapEncodeTiled(A, K-grouped template)");
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, device::kBlockK,
+            uint64_t(c.n), device::kBlockK, device::kBlockK, uint32_t(cfg.block_n), CU_TENSOR_MAP_SWIZZLE_128B,
+            "cuTensorMapEncodeTiled(B, K-grouped template)");
+  // SA [sum KB, M] and SB [sum KB, N], MN-major: a box of the tile's row (column) scales of one K block.
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(c.rows),
+            sum_kb, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
+            "cuTensorMapEncodeTiled(SA, K-grouped)");
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sb), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sb, uint64_t(c.n), sum_kb,
+            uint64_t(c.ld_sb) * 4, uint32_t(cfg.block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
+            "cuTensorMapEncodeTiled(SB, K-grouped)");
+  // D as [G * M, N] fp32, reduced into by TMA.
+  const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), 4);
+  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.d, uint64_t(c.n),
+            uint64_t(c.a_rows), uint64_t(c.ld_d) * 4, slab_cols, device::kWarpgroupRows,
+            swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), 4)), "cuTensorMapEncodeTiled(D)");
+  const int64_t workspace_bytes = int64_t(cfg.grid) * 4 * int64_t(sizeof(device::TmaDescriptor));
+  CUdeviceptr workspace = reinterpret_cast<CUdeviceptr>(c.workspace);
+  if (workspace == 0) {
+    workspace = Context::instance().k_grouped_workspace(device, workspace_bytes);
+  } else {
+    check_arg(c.workspace_bytes >= workspace_bytes, "k_grouped_gemm_fp8_fp8_f32_nt", "the workspace must hold ",
+              workspace_bytes, " bytes (k_grouped_workspace_bytes()), got ", c.workspace_bytes);
+  }
+  args.k_grouped_maps = reinterpret_cast<device::TmaDescriptor*>(workspace);
+  args.a_base = static_cast<const uint8_t*>(c.a);
+  args.b_base = static_cast<const uint8_t*>(c.b);
+  args.total_k = int32_t(c.k);
+  args.sb = static_cast<const float*>(c.sb);
+  args.sa_k_major = nullptr;
+  args.d = static_cast<uint8_t*>(c.d);
+  args.grouped_layout = static_cast<const int32_t*>(c.layout);
+  args.error_flags = reinterpret_cast<uint32_t*>(Context::instance().error_flags(device));
+  args.ld_sa = c.ld_sa;
+  args.ld_d = c.ld_d;
+  args.num_rows = int32_t(c.rows);
+  args.num_a_rows = int32_t(c.a_rows);
+  args.num_groups = c.num_groups;
+  args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
+  args.b_pairs = 0;
+  args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
 }
 
 std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sms) {
@@ -174,6 +229,10 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
                  cfg.describe().c_str());
 
   device::GemmArgs& args = plan->args;
+  if (c.kind == GemmKind::kGroupedK) {
+    build_k_grouped_args(c, cfg, device, args);
+    return plan;
+  }
   const int64_t kb = (c.k + 127) / 128;
   // A box reaching far past A's last row is slow (up to 28% of the GEMM on an H100): with fewer rows than one tile,
   // the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
@@ -301,7 +360,14 @@ PlanCache& plan_cache() {
 
 void run(const GemmCall& call, Stream stream) {
   if (call.rows == 0 || call.num_groups == 0) return;  // nothing to compute
-  launch(*plan_cache().get(call), stream);
+  // K-grouped with every expert empty: no kernel (D stays as it is, or zero).
+  std::shared_ptr<const LaunchPlan> plan = call.k > 0 ? plan_cache().get(call) : nullptr;
+  // K-grouped without accumulation: the kernel adds into D (and skips empty experts), so D starts at zero.
+  if (call.zero_d)
+    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(call.d), 0,
+                                       size_t(call.a_rows) * size_t(call.n), reinterpret_cast<CUstream>(stream)),
+             "cuMemsetD32Async(D)");
+  if (plan) launch(*plan, stream);
 }
 
 }  // namespace
@@ -320,6 +386,18 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const Tensor
                                                const TensorView& sb, const TensorView& d,
                                                const TensorView& m_indices, Stream stream) {
   run(validate_contiguous(a, sa, b, sb, d, m_indices), stream);
+}
+
+void k_grouped_gemm_fp8_fp8_f32_nt(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                   const TensorView& sb, const TensorView& d, const std::vector<int64_t>& ks,
+                                   const TensorView& ks_device, bool accumulate,
+                                   const std::optional<TensorView>& workspace, Stream stream) {
+  run(validate_k_grouped(a, sa, b, sb, d, ks, ks_device, accumulate, workspace ? &*workspace : nullptr), stream);
+}
+
+int64_t k_grouped_workspace_bytes(int num_sms) {
+  if (num_sms <= 0) num_sms = jit::driver_available() ? get_num_sms() : kDefaultNumSms;
+  return int64_t(num_sms) * 4 * int64_t(sizeof(device::TmaDescriptor));
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,

@@ -155,6 +155,17 @@ void check_problem(const Problem& p) {
   }
   FG_EXPECT(p.d_dtype == DType::kBFloat16 || p.d_dtype == DType::kFloat32, fn,
             detail::concat("the output is bfloat16 or float32, got ", dtype_name(p.d_dtype)));
+  if (p.kind == GemmKind::kGroupedK) {
+    FG_EXPECT(p.m > 0 && p.m % 8 == 0, fn,
+              detail::concat("K-grouped: M must be a positive multiple of 8 (16-byte strides of the scales), got M=",
+                             p.m));
+    FG_EXPECT(p.sb_per_row && p.d_dtype == DType::kFloat32 && p.accumulate && p.c_is_d, fn,
+              "K-grouped: 1x128 scales of B (sb_per_row), a float32 D and accumulation into D (accumulate, c_is_d) "
+              "are how the kernel runs (no accumulation: D is zeroed first)");
+    FG_EXPECT(p.k % 128 == 0, fn,
+              detail::concat("K-grouped: the expected K per group must be a multiple of 128, got K=", p.k));
+    return;
+  }
   FG_EXPECT(p.kind == GemmKind::kNormal || (!p.sb_per_row && p.d_dtype == DType::kBFloat16 && !p.accumulate), fn,
             "1x128 scales of B, fp32 outputs and accumulation are for dense GEMMs (gemm_fp8_fp8_nt)");
   FG_EXPECT(!p.accumulate || p.d_dtype == DType::kFloat32, fn, "accumulation (D = C + A x B^T) needs a float32 D");
@@ -319,6 +330,93 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
   return c;
 }
 
+GemmCall validate_k_grouped(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                            const TensorView& d, const std::vector<int64_t>& ks, const TensorView& ks_device,
+                            bool accumulate, const TensorView* workspace) {
+  const char* fn = "k_grouped_gemm_fp8_fp8_f32_nt";
+  expect_tensor(a, fn, "A", DType::kFloat8E4M3, 1);
+  expect_tensor(b, fn, "B", DType::kFloat8E4M3, 1);
+  expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
+  expect_tensor(sb, fn, "SB", DType::kFloat32, 2);
+  expect_tensor(d, fn, "D", DType::kFloat32, 3);
+  expect_tensor(ks_device, fn, "ks_device", DType::kInt32, 1);
+  GemmCall c;
+  c.kind = GemmKind::kGroupedK;
+  const int64_t groups = d.shape[0], m = d.shape[1], n = d.shape[2];
+  FG_EXPECT(groups >= 1 && groups <= kMaxGroups, fn,
+            detail::concat("D must be float32 [G, M, N] with 1 <= G <= ", kMaxGroups, ", got ", d.describe()));
+  FG_EXPECT(int64_t(ks.size()) == groups, fn,
+            detail::concat("ks must hold one K per group of D (G=", groups, "), got ", ks.size(), " values"));
+  FG_EXPECT(m > 0 && m % 8 == 0, fn,
+            detail::concat("M must be a positive multiple of 8 (16-byte strides of SA and D), got M=", m, " in D ",
+                           d.describe()));
+  FG_EXPECT(n > 0 && n % 8 == 0, fn,
+            detail::concat("N must be a positive multiple of 8 (16-byte strides of SB and D), got N=", n, " in D ",
+                           d.describe()));
+  FG_EXPECT(d.strides[2] == 1 && d.strides[1] == n && (d.strides[0] == m * n || groups == 1), fn,
+            detail::concat("D must be a contiguous float32 [G, M, N], got ", d.describe()));
+  int64_t sum_k = 0;
+  for (size_t g = 0; g < ks.size(); ++g) {
+    FG_EXPECT(ks[g] >= 0 && ks[g] % 128 == 0, fn,
+              detail::concat("every K_g must be a multiple of 128 (0 for an expert without tokens), got ks[", g,
+                             "]=", ks[g]));
+    sum_k += ks[g];
+    FG_EXPECT(sum_k <= kMaxDim, fn, detail::concat("the sum of ks must be below 2^31, got more at ks[", g, "]"));
+  }
+  const int64_t sum_kb = sum_k / 128;
+  FG_EXPECT(a.shape[0] == m * sum_k && a.strides[0] == 1, fn,
+            detail::concat("A must be a contiguous fp8 [M * sum(ks)] = [", m * sum_k, "] (M=", m, ", sum(ks)=", sum_k,
+                           "), got ", a.describe()));
+  FG_EXPECT(b.shape[0] == n * sum_k && b.strides[0] == 1, fn,
+            detail::concat("B must be a contiguous fp8 [N * sum(ks)] = [", n * sum_k, "] (N=", n, ", sum(ks)=", sum_k,
+                           "), got ", b.describe()));
+  FG_EXPECT(sa.shape[0] == m && sa.shape[1] == sum_kb && sa.strides[0] == 1 && (sa.strides[1] == m || sum_kb <= 1),
+            fn,
+            detail::concat("SA must be float32 [M, sum(ks)/128] = [", m, ", ", sum_kb,
+                           "] MN-major with strides {1, M} (the experts' K blocks back to back), got ", sa.describe()));
+  FG_EXPECT(sb.shape[0] == n && sb.shape[1] == sum_kb && sb.strides[0] == 1 && (sb.strides[1] == n || sum_kb <= 1),
+            fn,
+            detail::concat("SB must be float32 [N, sum(ks)/128] = [", n, ", ", sum_kb,
+                           "] MN-major with strides {1, N} (the experts' K blocks back to back), got ", sb.describe()));
+  FG_EXPECT(ks_device.shape[0] == groups && (ks_device.strides[0] == 1 || groups == 1), fn,
+            detail::concat("ks_device must be a contiguous int32 [G] (G=", groups, ") on the device, got ",
+                           ks_device.describe()));
+  expect_aligned(a.data, 16, fn, "A");
+  expect_aligned(b.data, 16, fn, "B");
+  expect_aligned(sa.data, 16, fn, "SA");
+  expect_aligned(sb.data, 16, fn, "SB");
+  expect_aligned(d.data, 16, fn, "D");
+  expect_aligned(ks_device.data, 4, fn, "ks_device");
+  if (workspace != nullptr) {
+    FG_EXPECT(workspace->data != nullptr, fn, "the workspace is a null pointer");
+    expect_aligned(workspace->data, 128, fn, "the workspace");
+    c.workspace = workspace->data;
+    c.workspace_bytes = workspace->numel() * dtype_size(workspace->dtype);
+  }
+  c.rows = m;
+  c.a_rows = groups * m;
+  c.n = n;
+  c.k = sum_k;
+  c.num_groups = int(groups);
+  c.expected_k = std::max<int64_t>(128, (sum_k / groups + 127) / 128 * 128);
+  c.lda = 0;
+  c.ld_sa = m;
+  c.ld_sb = n;
+  c.ld_d = n;
+  c.sb_per_row = true;
+  c.d_dtype = DType::kFloat32;
+  c.a = a.data;
+  c.sa = sa.data;
+  c.b = b.data;
+  c.sb = sb.data;
+  c.d = d.data;
+  c.c = d.data;
+  c.ld_c = n;
+  c.zero_d = !accumulate;
+  c.layout = ks_device.data;
+  return c;
+}
+
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d, const TensorView& masked_m, int expected_m) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_masked";
@@ -395,7 +493,8 @@ void check_device_pointers(const GemmCall& c, int device) {
     const void* ptr;
     const char* name;
   } tensors[] = {{c.a, "A"},   {c.sa, "SA"}, {c.b, "B"},
-                 {c.sb, "SB"}, {c.d, "D"},   {c.layout, "m_indices/masked_m/group_ends"}, {c.c, "C"}};
+                 {c.sb, "SB"}, {c.d, "D"},   {c.layout, "m_indices/masked_m/group_ends/ks_device"}, {c.c, "C"},
+                 {c.workspace, "workspace"}};
   for (const auto& t : tensors)
     if (t.ptr != nullptr) check_device_pointer(t.ptr, t.name, device, "gemm");
 }

@@ -29,6 +29,11 @@ struct GemmCall {
   DType d_dtype = DType::kBFloat16;
   const void* c = nullptr;  ///< fp32 [rows, N] added to the product (may equal d)
   int64_t ld_c = 0;         ///< elements between rows of C
+  // The K-grouped weight gradient (k = the sum of K_g, rows = M, a_rows = G * M: D's [G * M, N] view)
+  int64_t expected_k = 0;   ///< sum / G: the heuristic's K per group
+  bool zero_d = false;      ///< no accumulation: D is zeroed before the kernel adds into it
+  void* workspace = nullptr;  ///< per-CTA TMA descriptors (nullptr: the device's buffer kept by the context)
+  int64_t workspace_bytes = 0;
 };
 
 GemmCall validate_normal(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
@@ -41,6 +46,10 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
                                   const TensorView& d, const TensorView& group_ends, int expected_m);
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d, const TensorView& masked_m, int expected_m);
+
+GemmCall validate_k_grouped(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                            const TensorView& d, const std::vector<int64_t>& ks, const TensorView& ks_device,
+                            bool accumulate, const TensorView* workspace);
 
 /// Shape rules shared with is_supported(): N % 8, K % 16, positive sizes, group counts.
 void check_problem(const Problem& problem);

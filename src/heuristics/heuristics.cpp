@@ -90,7 +90,10 @@ int64_t rows_for_tiles(const Problem& p) { return p.m; }
 /// Groups whose tiles the kernel walks one after another (masked and psum: every group, p.m rows each; dense and
 /// contiguous: one 2D view of p.m rows).
 int tiled_groups(const Problem& p) {
-  return p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum ? p.num_groups : 1;
+  return p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum ||
+                 p.kind == GemmKind::kGroupedK
+             ? p.num_groups
+             : 1;
 }
 
 /// The contiguous layout's policies (the 256-row tiles' K rule, B's L2 hint) hold for its psum form too: the same
@@ -293,7 +296,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         KernelConfig& c = cand.config;
         c.kind = p.kind;
         c.n = p.n;
-        c.k = p.k;
+        // K-grouped kernels take K at run time (template K = 0); p.k is the expected K per group for the model.
+        c.k = p.kind == GemmKind::kGroupedK ? 0 : p.k;
         c.block_m = block_m;
         c.block_n = block_n;
         c.split_k = split;
@@ -331,6 +335,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                    !forced_256) {
           cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
                           "slower than 128-row tiles, equal experts or not";
+        } else if (p.kind == GemmKind::kGroupedK &&
+                   (block_m != 128 || device::gemm_k_depth(uint32_t(block_m), uint32_t(block_n)) != 1)) {
+          cand.rejected = "K-grouped kernels run 128-row tiles with two math warpgroups taking turns (K depth 1: "
+                          "BLOCK_N 16-32 or 72-160)";
         } else if (split > 1 && p.kind != GemmKind::kNormal) {
           cand.rejected = "split-K is for dense GEMMs";
         } else if (split > 1 && ceil_div(p.k, 128) % split != 0) {
@@ -439,6 +447,7 @@ bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
     case GemmKind::kGroupedMasked: return ceil_div(p.m_max, c.block_m) <= kEvictFirstMaxRowBlocks;
     case GemmKind::kGroupedContiguous:
     case GemmKind::kGroupedContiguousPsum: return false;  // experts hold many row blocks each
+    case GemmKind::kGroupedK: return false;               // B_g is read by every row block of D[g]
   }
   return false;
 }

@@ -489,6 +489,39 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   });
 }
 
+// The K-grouped weight gradient (K read per group on the device): the kernels the heuristic picks for DeepSeek-V3's
+// expert shapes compile without spills, load through per-group descriptors rewritten in global memory (tensormap
+// stores, then the acquire fence's descriptor-cache invalidation UTMACCTL.IV) and reduce D by TMA.
+TEST(KernelsCompile, KGroupedKernelsCompileWithoutSpills) {
+  std::set<std::string> functions;
+  const int64_t shapes[][4] = {{8, 4096, 7168, 4096}, {8, 7168, 2048, 4096}, {4, 2048, 7168, 1024}, {32, 512, 256, 128}};
+  for (const auto& s : shapes) {
+    Problem q;
+    q.kind = GemmKind::kGroupedK;
+    q.num_groups = int(s[0]);
+    q.m = s[1];
+    q.n = s[2];
+    q.k = s[3];
+    q.sb_per_row = true;
+    q.d_dtype = finegemm::DType::kFloat32;
+    q.accumulate = true;
+    q.c_is_d = true;
+    const auto config = finegemm::heuristics::select_config(q, 132);
+    EXPECT_EQ(config.block_m, 128);
+    EXPECT_EQ(config.k, 0);
+    functions.insert(config.kernel_function());
+  }
+  std::vector<std::string> names(functions.begin(), functions.end());
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
+    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": no TMA reduction";
+    EXPECT_NE(sass.find("UTMACCTL.IV"), std::string::npos) << names[i] << ": no tensormap acquire";
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  });
+}
+
 // The psum layout's kernels (each group's rows from its end row): every tile height the heuristic picks for it, both
 // SA layouts, no spills or serialized wgmmas, and griddepcontrol.wait before the first global access (the group ends
 // are read on the device, after the previous kernel).

@@ -401,6 +401,63 @@ TEST(Scheduler, MaskedVisitsOnlyValidRowsOfEachGroup) {
   }
 }
 
+// K-grouped weight gradient: every (group, m-block, n-block) tile of the groups with K_g > 0 exactly once, none of
+// the empty groups, each tile with its group's K offset and K blocks; rows of D[g] in the [G * M, N] view.
+TEST(Scheduler, KGroupedVisitsEveryTileOfNonEmptyGroupsWithTheirKRange) {
+  const int m = 200;  // 2 row blocks of 128, the last of 72 rows
+  std::vector<int32_t> ks = {256, 0, 128, 1024, 0, 384};
+  int32_t total = 0;
+  for (int32_t k : ks) total += k;
+  for (int ctas : {1, 3, 7, 132}) {
+    std::vector<std::vector<fd::Tile>> visits(size_t(ctas));
+    uint32_t errors = 0;
+    for (int cta = 0; cta < ctas; ++cta) {
+      fd::TileScheduler<fd::GemmKind::kGroupedK, 128, 96, 3> s(m, int(ks.size()), ks.data(), cta, ctas, total);
+      fd::Tile t;
+      while (s.next(t)) visits[size_t(cta)].push_back(t);
+      errors |= s.error_bits;
+    }
+    EXPECT_EQ(errors, 0u);
+    std::map<std::tuple<int, int, int>, int> seen;
+    for (const auto& cta : visits) {
+      int last_group = -1;
+      for (const auto& v : cta) {
+        EXPECT_GE(v.group, last_group) << "a CTA's groups only move forward";
+        last_group = v.group;
+        ++seen[{v.group, v.m_block, v.n_block}];
+        int32_t prefix = 0;
+        for (int g = 0; g < v.group; ++g) prefix += ks[size_t(g)];
+        EXPECT_EQ(v.k_block0, prefix / 128);
+        EXPECT_EQ(v.num_k_blocks, ks[size_t(v.group)] / 128);
+        EXPECT_GT(v.num_k_blocks, 0);
+        EXPECT_EQ(v.row_base, v.group * m + v.m_block * 128);
+        EXPECT_EQ(v.row_limit, std::min(128, m - v.m_block * 128));
+      }
+    }
+    size_t expected = 0;
+    for (int32_t k : ks) expected += k > 0 ? 2 * 3 : 0;
+    EXPECT_EQ(seen.size(), expected) << ctas << " CTAs";
+    for (const auto& [tile, count] : seen) EXPECT_EQ(count, 1);
+  }
+}
+
+// K-grouped: a K_g that is negative, not a multiple of 128 or past the K extent gets no tiles, counts as 0 in the
+// offsets of the groups after it, and raises kErrorGroupKInvalid.
+TEST(Scheduler, KGroupedSkipsAndFlagsInvalidK) {
+  std::vector<int32_t> ks = {128, -128, 100, 256, 512};  // total 384: the last reaches past it
+  fd::TileScheduler<fd::GemmKind::kGroupedK, 128, 128, 1> s(128, int(ks.size()), ks.data(), 0, 1, 384);
+  fd::Tile t;
+  std::vector<fd::Tile> tiles;
+  while (s.next(t)) tiles.push_back(t);
+  ASSERT_EQ(tiles.size(), 2u);
+  EXPECT_EQ(tiles[0].group, 0);
+  EXPECT_EQ(tiles[0].k_block0, 0);
+  EXPECT_EQ(tiles[1].group, 3);
+  EXPECT_EQ(tiles[1].k_block0, 1);
+  EXPECT_EQ(tiles[1].num_k_blocks, 2);
+  EXPECT_EQ(s.error_bits, uint32_t(fd::kErrorGroupKInvalid));
+}
+
 TEST(Scheduler, MaskedClampsAndFlagsRowsAboveMmax) {
   std::vector<int32_t> masked = {300};
   fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 64, 1> s(256, 1, masked.data(), 0, 1);

@@ -12,6 +12,7 @@ const char* ProblemShape::kind_name() const {
     case GemmKind::kGroupedContiguous: return "contiguous";
     case GemmKind::kGroupedMasked: return "masked";
     case GemmKind::kGroupedContiguousPsum: return "psum";
+    case GemmKind::kGroupedK: return "k-grouped";
   }
   return "?";
 }
