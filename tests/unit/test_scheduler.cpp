@@ -409,7 +409,7 @@ TEST(Scheduler, KGroupedVisitsEveryTileOfNonEmptyGroupsWithTheirKRange) {
   int32_t total = 0;
   for (int32_t k : ks) total += k;
   for (int ctas : {1, 3, 7, 132}) {
-    std::vector<std::vector<fd::Tile>> visits(size_t(ctas));
+    std::vector<std::vector<fd::Tile>> visits(static_cast<size_t>(ctas));
     uint32_t errors = 0;
     for (int cta = 0; cta < ctas; ++cta) {
       fd::TileScheduler<fd::GemmKind::kGroupedK, 128, 96, 3> s(m, int(ks.size()), ks.data(), cta, ctas, total);
