@@ -52,6 +52,8 @@ else:
         fp8_m_grouped_gemm_nt_masked,
         gemm_fp8_fp8_bf16_nt,
         gemm_fp8_fp8_nt,
+        k_grouped_fp8_gemm_nt_contiguous,
+        k_grouped_gemm_fp8_fp8_f32_nt,
         get_col_major_tma_aligned_tensor,
         get_mn_major_tma_aligned_tensor,
         m_grouped_fp8_fp4_gemm_nt_contiguous,

@@ -3,6 +3,8 @@
 TENSOR_FUNCTIONS = (
     "gemm_fp8_fp8_bf16_nt",
     "gemm_fp8_fp8_nt",
+    "k_grouped_gemm_fp8_fp8_f32_nt",
+    "k_grouped_fp8_gemm_nt_contiguous",
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked",

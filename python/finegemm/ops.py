@@ -329,6 +329,46 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, r
         raise
 
 
+def k_grouped_gemm_fp8_fp8_f32_nt(lhs, rhs, out, ks, ks_tensor, accumulate=True):
+    """MoE weight gradient, K-grouped: for each expert g with ``ks[g]`` tokens, ``out[g] (+)= lhs_g @ rhs_g.T`` in fp32.
+
+    Args:
+        lhs: ``(lhs, lhs_scales)``: fp8, flat ``[sum_g M * ks[g]]`` (expert g's ``[M, ks[g]]`` row-major block from
+            element ``M * sum(ks[:g])``), and fp32 ``[M, sum(ks) / 128]`` scales, MN-major (strides ``(1, M)``).
+        rhs: ``(rhs, rhs_scales)``: the same with N.
+        out: fp32 ``[G, M, N]``, contiguous.
+        ks: the experts' token counts on the host, each a multiple of 128 (0 for an expert without tokens).
+        ks_tensor: the same values, int32 ``[G]`` on the GPU (read by the kernel; they may change between CUDA-graph
+            replays as long as their sum stays).
+        accumulate: True adds into ``out`` (an empty expert's ``out[g]`` stays); False overwrites it (zeros for an empty
+            expert).
+    """
+    workspace = torch.empty(_C.k_grouped_workspace_bytes(0) // 4, dtype=torch.int32, device=out.device)
+    a, sa = _pair(lhs, "lhs")
+    b, sb = _pair(rhs, "rhs")
+    views = [_view(t, n) for t, n in zip((a, sa, b, sb, out), ("lhs", "lhs_scales", "rhs", "rhs_scales", "out"))]
+    _C.k_grouped_gemm_fp8_fp8_f32_nt(*views, [int(k) for k in ks], _view(ks_tensor, "ks_tensor"), bool(accumulate),
+                                     _view(workspace, "workspace"), _stream())
+
+
+def k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, ks_tensor, c=None, recipe=None, compiled_dims="mn"):
+    """DeepGEMM 2.x's K-grouped GEMM on SM90 (the MoE weight gradient), as ``k_grouped_gemm_fp8_fp8_f32_nt``: ``c``
+    None (``d[g] = a_g @ b_g.T``) or ``d`` itself (``d[g] += a_g @ b_g.T``); ``recipe`` None or (1, 1, 128). Scales
+    given K-major (``[sum KB, M]`` row-major) are converted to the MN-major layout first, as DeepGEMM does."""
+    if recipe is not None and tuple(recipe) != _RECIPE_1D1D:
+        raise ValueError(f"recipe {tuple(recipe)} is not supported: the K-grouped GEMM scales both operands per 1x128 "
+                         f"block, recipe {_RECIPE_1D1D} (or None)")
+    if c is not None and c is not d:
+        raise ValueError("c must be None or d itself: finegemm's K-grouped GEMM adds into d in place")
+
+    def mn_major(operand, name):
+        values, scales = _pair(operand, name)
+        if isinstance(scales, _Tensor) and scales.dim() == 2 and scales.stride(0) != 1:
+            scales = scales.t().contiguous().t()  # [rows, sum KB] with strides (1, rows)
+        return values, scales
+    k_grouped_gemm_fp8_fp8_f32_nt(mn_major(a, "a"), mn_major(b, "b"), d, ks, ks_tensor, accumulate=c is not None)
+
+
 def m_grouped_fp8_fp4_gemm_nt_masked(a, b, d, masked_m, expected_m, recipe=None, recipe_a=None, recipe_b=None,
                                      compiled_dims="nk", disable_ue8m0_cast=False):
     """DeepGEMM 2.x's masked grouped GEMM (also named ``m_grouped_fp8_gemm_nt_masked`` and, in DeepGEMM's legacy

@@ -8,6 +8,7 @@
 #include <Python.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
@@ -95,6 +96,20 @@ NB_MODULE(_C, m) {
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
       nb::arg("m_indices"), nb::arg("stream"));
+  m.def(
+      "k_grouped_gemm_fp8_fp8_f32_nt",
+      [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, const std::vector<int64_t>& ks,
+         nb::handle ks_device, bool accumulate, nb::handle workspace, uintptr_t stream) {
+        const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
+                                   vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
+                                   vks = to_view(ks_device, "ks_tensor");
+        const std::optional<finegemm::TensorView> vw =
+            workspace.is_none() ? std::nullopt : std::optional(to_view(workspace, "workspace"));
+        finegemm::k_grouped_gemm_fp8_fp8_f32_nt(va, vsa, vb, vsb, vd, ks, vks, accumulate, vw, to_stream(stream));
+      },
+      nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"), nb::arg("ks"),
+      nb::arg("ks_tensor"), nb::arg("accumulate"), nb::arg("workspace").none(), nb::arg("stream"));
+  m.def("k_grouped_workspace_bytes", &finegemm::k_grouped_workspace_bytes, nb::arg("num_sms") = 0);
   m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle group_ends, int expected_m,
