@@ -1128,3 +1128,160 @@ TEST_F(Gpu, WgradBadInputsLeaveDUntouched) {
   EXPECT_TRUE(ft::check_download(p, ft::gpu_reference(p)).ok);
 }
 
+
+namespace {
+
+/// A K-grouped problem in DeepGEMM's SM90 layout with host copies for the CPU reference: expert g's A_g [M, K_g] and
+/// B_g [N, K_g] (fp8, K-major, normal values quantized per 1x128) back to back, scales [sum KB][M] and [sum KB][N].
+struct KGroupedProblem {
+  int64_t m, n;
+  std::vector<int64_t> ks;
+  std::vector<std::vector<uint8_t>> a, b;  // per expert, row-major
+  std::vector<std::vector<float>> sa, sb;  // per expert, K-major [rows, KB_g]
+  ft::DeviceBuffer a_dev, sa_dev, b_dev, sb_dev, d_dev, ks_dev;
+  std::vector<float> c;                    // [G, M, N], D's values before the call
+  int64_t sum_k = 0, sum_kb = 0;
+
+  KGroupedProblem(int64_t m_, int64_t n_, std::vector<int64_t> ks_, uint64_t seed) : m(m_), n(n_), ks(std::move(ks_)) {
+    const int64_t g_count = int64_t(ks.size());
+    for (int64_t k : ks) sum_k += k;
+    sum_kb = sum_k / 128;
+    std::vector<uint8_t> a_flat, b_flat;
+    std::vector<float> sa_mn(size_t(sum_kb * m)), sb_mn(size_t(sum_kb * n));
+    int64_t kb0 = 0;
+    a.resize(ks.size());
+    b.resize(ks.size());
+    sa.resize(ks.size());
+    sb.resize(ks.size());
+    for (int64_t g = 0; g < g_count; ++g) {
+      const int64_t k = ks[size_t(g)], kb = k / 128;
+      if (k > 0) {
+        fr::fill_quantized_normal_fp8(a[size_t(g)], sa[size_t(g)], m, k, 1, seed * 16 + uint64_t(g) * 2);
+        fr::fill_quantized_normal_fp8(b[size_t(g)], sb[size_t(g)], n, k, 1, seed * 16 + uint64_t(g) * 2 + 1);
+        a_flat.insert(a_flat.end(), a[size_t(g)].begin(), a[size_t(g)].end());
+        b_flat.insert(b_flat.end(), b[size_t(g)].begin(), b[size_t(g)].end());
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < kb; ++j) sa_mn[size_t((kb0 + j) * m + r)] = sa[size_t(g)][size_t(r * kb + j)];
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < kb; ++j) sb_mn[size_t((kb0 + j) * n + r)] = sb[size_t(g)][size_t(r * kb + j)];
+      }
+      kb0 += kb;
+    }
+    c.resize(size_t(g_count * m * n));
+    fr::fill_random_normal(c, seed * 16 + 15, 4.0f);
+    a_dev = ft::DeviceBuffer(std::max<size_t>(a_flat.size(), 16));
+    b_dev = ft::DeviceBuffer(std::max<size_t>(b_flat.size(), 16));
+    sa_dev = ft::DeviceBuffer(std::max<size_t>(sa_mn.size() * 4, 16));
+    sb_dev = ft::DeviceBuffer(std::max<size_t>(sb_mn.size() * 4, 16));
+    d_dev = ft::DeviceBuffer(c.size() * 4);
+    ks_dev = ft::DeviceBuffer(ks.size() * 4);
+    if (!a_flat.empty()) a_dev.upload(a_flat);
+    if (!b_flat.empty()) b_dev.upload(b_flat);
+    if (!sa_mn.empty()) sa_dev.upload(sa_mn);
+    if (!sb_mn.empty()) sb_dev.upload(sb_mn);
+    std::vector<int32_t> ks32(ks.begin(), ks.end());
+    ks_dev.upload(ks32);
+    reset_d();
+  }
+
+  void reset_d() { d_dev.upload(c); }
+
+  void run(bool accumulate, cudaStream_t stream) {
+    const int64_t g_count = int64_t(ks.size());
+    fg::k_grouped_gemm_fp8_fp8_f32_nt(
+        fg::TensorView::contiguous(a_dev.get(), fg::DType::kFloat8E4M3, {m * sum_k}),
+        fg::TensorView::strided(sa_dev.get(), fg::DType::kFloat32, {m, sum_kb}, {1, m}),
+        fg::TensorView::contiguous(b_dev.get(), fg::DType::kFloat8E4M3, {n * sum_k}),
+        fg::TensorView::strided(sb_dev.get(), fg::DType::kFloat32, {n, sum_kb}, {1, n}),
+        fg::TensorView::contiguous(d_dev.get(), fg::DType::kFloat32, {g_count, m, n}), ks,
+        fg::TensorView::contiguous(ks_dev.get(), fg::DType::kInt32, {g_count}), accumulate, std::nullopt,
+        reinterpret_cast<fg::Stream>(stream));
+  }
+
+  std::vector<float> download() const {
+    std::vector<float> out(c.size());
+    d_dev.download(out.data(), out.size() * 4);
+    return out;
+  }
+
+  /// Checks `out` expert by expert against the fp64 reference (D = C + A_g B_g^T, or A_g B_g^T without accumulation;
+  /// an empty expert's D[g] is C[g], or zero).
+  std::string check(const std::vector<float>& out, bool accumulate) const {
+    std::string failures;
+    for (size_t g = 0; g < ks.size(); ++g) {
+      const float* got = out.data() + g * size_t(m * n);
+      const float* before = c.data() + g * size_t(m * n);
+      if (ks[g] == 0) {
+        for (int64_t i = 0; i < m * n; ++i)
+          if (got[i] != (accumulate ? before[i] : 0.0f)) {
+            failures += "expert " + std::to_string(g) + " (empty) changed\n";
+            break;
+          }
+        continue;
+      }
+      std::vector<double> abs_sum;
+      std::vector<double> ref = fr::gemm_nt_reference_sb_per_row(a[g].data(), sa[g].data(), b[g].data(),
+                                                                 sb[g].data(), m, n, ks[g], &abs_sum);
+      if (accumulate) fr::add_c_to_reference(ref, before, n, m, n);
+      const fr::CheckResult r =
+          fr::check_f32_output(got, n, ref.data(), abs_sum.data(), m, n, ft::kMaxDiff, ft::kAccumTolerance);
+      if (!r.ok) failures += "expert " + std::to_string(g) + ": " + r.summary() + "\n";
+    }
+    return failures;
+  }
+};
+
+}  // namespace
+
+// The K-grouped weight gradient against the CPU reference, expert by expert: an empty expert, one expert, N and M
+// not multiples of the tile, adding into D and overwriting it; bitwise the same over repeated runs.
+TEST_F(Gpu, KGroupedAgainstReference) {
+  struct Case {
+    int64_t m, n;
+    std::vector<int64_t> ks;
+  };
+  const Case cases[] = {{256, 256, {256, 0, 384, 128}}, {136, 264, {128}}, {512, 1024, {512, 640, 0, 0, 896, 128}},
+                        {1024, 576, {1024, 1024}}};
+  int i = 0;
+  for (const Case& cs : cases) {
+    for (bool accumulate : {true, false}) {
+      KGroupedProblem p(cs.m, cs.n, cs.ks, uint64_t(40 + i++));
+      p.run(accumulate, stream_);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const std::vector<float> first = p.download();
+      const std::string failures = p.check(first, accumulate);
+      std::printf("[k-grouped] M=%lld N=%lld G=%zu accumulate=%d %s\n", (long long)cs.m, (long long)cs.n,
+                  cs.ks.size(), int(accumulate), failures.empty() ? "ok" : "FAIL");
+      EXPECT_TRUE(failures.empty()) << failures;
+      for (int run = 0; run < 3; ++run) {
+        p.reset_d();
+        p.run(accumulate, stream_);
+        FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        EXPECT_EQ(p.download(), first) << "run " << run + 1 << " differs bitwise";
+      }
+    }
+  }
+  EXPECT_EQ(fg::device_error_flags(), 0u);
+}
+
+// ks_device changed between replays of a captured call (same sum): each replay computes the new split.
+TEST_F(Gpu, KGroupedGraphReplayWithNewSplit) {
+  KGroupedProblem p(256, 512, {256, 256, 256, 256}, 77);
+  p.run(true, stream_);  // compile before capture
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaGraphExec_t exec = capture(stream_, [&] { p.run(true, stream_); });
+  // Another split of the same token count (expert 0 takes 512 tokens, expert 1 none): q's operands, laid out for
+  // it, copied into the buffers the graph reads, and the new ks into ks_device.
+  KGroupedProblem q(256, 512, {512, 0, 256, 256}, 77);
+  p.ks_dev.upload(std::vector<int32_t>{512, 0, 256, 256});
+  FG_CUDA_CHECK(cudaMemcpy(p.a_dev.get(), q.a_dev.get(), q.a_dev.size(), cudaMemcpyDeviceToDevice));
+  FG_CUDA_CHECK(cudaMemcpy(p.b_dev.get(), q.b_dev.get(), q.b_dev.size(), cudaMemcpyDeviceToDevice));
+  FG_CUDA_CHECK(cudaMemcpy(p.sa_dev.get(), q.sa_dev.get(), q.sa_dev.size(), cudaMemcpyDeviceToDevice));
+  FG_CUDA_CHECK(cudaMemcpy(p.sb_dev.get(), q.sb_dev.get(), q.sb_dev.size(), cudaMemcpyDeviceToDevice));
+  p.d_dev.upload(q.c);
+  FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const std::string failures = q.check(p.download(), true);
+  EXPECT_TRUE(failures.empty()) << failures;
+  cudaGraphExecDestroy(exec);
+}
