@@ -768,7 +768,8 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one with 128x192 half batches (769x3072x768:
   // 6 K blocks, SB read by every math thread), one contiguous, one masked, and two weight-gradient cases (1x128 SB,
   // C's tile loaded into the output tile): 65x136x576 with C aliasing D, 300x264x640 with a separate C. The dense
-  // wide tail has a case of its own (SanitizerWideTail).
+  // wide tail has a case of its own (SanitizerWideTail). Then the psum layout (3 groups, one empty, rows past each
+  // group's end).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
@@ -777,13 +778,15 @@ TEST_F(Gpu, SanitizerSmallCases) {
                                      shape(GemmKind::kGroupedContiguous, 3, 100, 576, 256),
                                      shape(GemmKind::kGroupedMasked, 3, 130, 576, 256),
                                      wgrad(65, 136, 576),
-                                     wgrad(300, 264, 640)};
+                                     wgrad(300, 264, 640),
+                                     shape(GemmKind::kGroupedContiguousPsum, 3, 100, 576, 256)};
   int i = 0;
   for (const auto& s : shapes)
     for (bool k_major : {false, true}) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(40 + i++);
       if (s.kind == GemmKind::kGroupedMasked) opt.masked_m = {130, 0, 65};
+      if (s.kind == GemmKind::kGroupedContiguousPsum) opt.expert_rows = {70, 0, 131};
       opt.c_aliases_d = s.m != 300;
       ft::GemmProblem p(s, opt);
       const ft::Verdict v = run_and_check(p, k_major);
