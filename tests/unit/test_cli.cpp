@@ -305,6 +305,31 @@ TEST(Cli, CheckOfTheWgradCheckerFailsOnACorruptedOutput) {
   EXPECT_NE(both.find("case 1  cpu wgrad M="), std::string::npos) << both;
 }
 
+TEST(Cli, CheckOfTheKGroupedCheckerFailsOnACorruptedOutput) {
+  // The K-grouped check on the CPU, expert by expert with C: passes on a correct output, fails on one flipped element.
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string good = run_command(kCli + " check --cpu --cases 6 --seed 5 --kinds kgrouped", &status);
+  EXPECT_EQ(status, 0) << good;
+  EXPECT_NE(good.find("6 passed, 0 failed"), std::string::npos) << good;
+  EXPECT_NE(good.find("case 5  cpu kgrouped G="), std::string::npos) << good;
+  EXPECT_EQ(good.find("cpu bf16"), std::string::npos) << good;
+  EXPECT_EQ(good.find("cpu wgrad"), std::string::npos) << good;
+  // Some case has an expert without tokens (its output must be C as it was).
+  EXPECT_TRUE(std::regex_search(good, std::regex(R"(ks=([0-9]+,)*0[, ])"))) << good;
+  const std::string bad = run_command(kCli + " check --cpu --cases 6 --seed 5 --kinds kgrouped --corrupt", &status);
+  EXPECT_EQ(status, 1) << bad;
+  EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 5 --cases 1 --corrupt --kinds kgrouped"),
+            std::string::npos)
+      << bad;
+  // With every kind (the default), the cases take the bf16, wgrad and K-grouped checks in turn.
+  const std::string all = run_command(kCli + " check --cpu --cases 3 --seed 5", &status);
+  EXPECT_EQ(status, 0) << all;
+  EXPECT_NE(all.find("case 0  cpu bf16 M="), std::string::npos) << all;
+  EXPECT_NE(all.find("case 1  cpu wgrad M="), std::string::npos) << all;
+  EXPECT_NE(all.find("case 2  cpu kgrouped G="), std::string::npos) << all;
+}
+
 // ---- warmup and plan ---------------------------------------------------------------------------------------------
 
 TEST(Cli, ConcurrentWarmupsCompileEachKernelOnce) {
@@ -361,6 +386,64 @@ TEST(Cli, WarmupCompilesTheWgradKernels) {
   out = run_command(env + kCli + " warmup --n 256 --k 640 --kind wgrad" + range, &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_EQ(compiled_count(out), 0) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, WarmupCompilesTheKGroupedKernels) {
+  // The K-grouped kernels are kernels of their own; a shape file's kgrouped rows and --kind kgrouped with --groups
+  // warm the same ones, over the M of the range that the kind takes (multiples of 8).
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path dir = temp_dir(), cache = dir / "cache";
+  std::ofstream(dir / "kgrouped.csv") << "kind,groups,m,n,k\nkgrouped,4,256,256,256\n";
+  const std::string env = "FINEGEMM_CACHE_DIR=" + cache.string() + " ";
+  const std::string range = " --m-range 1:136 --sms 132 --jobs 2";
+  int status = -1;
+  std::string out = run_command(env + kCli + " warmup --shapes " + (dir / "kgrouped.csv").string() + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_GT(compiled_count(out), 0) << out;
+  out = run_command(env + kCli + " warmup --n 256 --k 256 --kind kgrouped --groups 4" + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(compiled_count(out), 0) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, PlanPrintsTheKGroupedPicks) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string file = std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3_kgrouped.csv";
+  const std::string out = run_command(kCli + " plan --shapes " + file, &status);
+  EXPECT_EQ(status, 0) << out;
+  std::istringstream lines(out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++count;
+    EXPECT_EQ(line.rfind("kgrouped  ", 0), 0u) << line;
+    EXPECT_NE(line.find(" | BM=128 "), std::string::npos) << line;  // 128-row tiles, as the K-grouped kernels run
+    EXPECT_NE(line.find(" sa=mn "), std::string::npos) << line;
+    EXPECT_NE(line.find(" sb=1x128 out=fp32,+=D "), std::string::npos) << line;
+  }
+  EXPECT_EQ(count, 6) << out;
+  EXPECT_NE(out.find("kgrouped    16   4096   7168   2048 | BM=128"), std::string::npos) << out;
+  // SA K-major asked for: the kind's SA stays MN-major, the picks the same.
+  EXPECT_EQ(run_command(kCli + " plan --sa k --shapes " + file, &status), out);
+  // Over an M range: the multiples of 8 only, one line where the pick changes.
+  const fs::path dir = temp_dir();
+  std::ofstream(dir / "one.csv") << "kind,groups,m,n,k\nkgrouped,4,4096,7168,8192\n";
+  const std::string range = run_command(kCli + " plan --shapes " + (dir / "one.csv").string() + " --m-range 65:600",
+                                        &status);
+  EXPECT_EQ(status, 0) << range;
+  std::istringstream range_lines(range);
+  int range_count = 0;
+  for (std::string line; std::getline(range_lines, line);) {
+    std::istringstream fields(line);
+    std::string kind;
+    int64_t groups = 0, m = 0;
+    fields >> kind >> groups >> m;
+    EXPECT_EQ(m % 8, 0) << line;
+    ++range_count;
+  }
+  EXPECT_GT(range_count, 1) << range;
+  EXPECT_EQ(range.rfind("kgrouped     4     72   7168   8192 | BM=128", 0), 0u) << range;
   fs::remove_all(dir);
 }
 
