@@ -36,7 +36,7 @@ namespace ft = finegemm::tools;
 namespace {
 
 constexpr const char* kSeedShapes = "data/shapes/deepseek_v3.csv";
-const std::vector<std::string>& kAllKinds = ft::shape_kind_names();  // normal, contiguous, masked, psum, wgrad
+const std::vector<std::string>& kAllKinds = ft::shape_kind_names();  // normal, ..., psum, wgrad, kgrouped
 constexpr int64_t kMaxDim = int64_t(1) << 31;  // the largest M, N or K a shape file may hold
 constexpr int kMaxSms = 1024;
 
@@ -49,7 +49,7 @@ struct CommandHelp {
 
 constexpr CommandHelp kHelp[] = {
     {"bench",
-     "bench   [--shapes FILE] [--kinds normal,contiguous,masked,psum,wgrad] [--iters 30] [--sa mn|k]\n"
+     "bench   [--shapes FILE] [--kinds normal,contiguous,masked,psum,wgrad,kgrouped] [--iters 30] [--sa mn|k]\n"
      "          [--flush memset|read|none] [--experts random|equal] [--data normal|uniform] [--ceiling] [--csv FILE]\n"
      "        | --chain [--layers 16] [--m 1,16,64,128] [--shapes FILE] [--iters 30] [--csv FILE]\n"
      "          time finegemm and cuBLASLt's block-scaled FP8 GEMM in the same run (same data, flush and timer) on a\n"
@@ -59,10 +59,13 @@ constexpr CommandHelp kHelp[] = {
      "          cuBLASLt runs it with VEC128_32F scales on both operands, fp32 D and beta = 1 where its heuristic\n"
      "          offers an algorithm for that (not every cuBLASLt version does: its columns then stay empty and a line\n"
      "          under the first such row says why); its output is checked once like finegemm's, and not timed if it\n"
-     "          fails.\n"
+     "          fails. kgrouped rows (the MoE weight gradient, data/shapes/deepseek_v3_kgrouped.csv): per expert,\n"
+     "          fp32 D[g] += A_g x B_g^T over its tokens (K_g, drawn around k, some experts without any); TFLOPS\n"
+     "          count the real tokens only; no cuBLASLt baseline.\n"
      "          --flush: before each timed call, a 256 MiB memset (default), a 256 MiB read (leaves clean lines) or\n"
      "            none (a warm L2)\n"
-     "          --experts: rows per expert of the contiguous layout, random 0.5x..1.5x of M (default) or M each\n"
+     "          --experts: rows per expert of the contiguous layout (kgrouped: tokens per expert), random 0.5x..1.5x\n"
+     "            of M (default; kgrouped: of K, rounded up to 128, with some experts empty) or M (K) each\n"
      "          --data: operands quantized from normal values (default) or uniform fp8 codes (more bit flips)\n"
      "            (wgrad: C normal values of the product's magnitude either way)\n"
      "          --ceiling: also each shape's floor (its bytes moved alone, its wgmmas issued alone)\n"
@@ -81,23 +84,28 @@ constexpr CommandHelp kHelp[] = {
      "            --csv FILE: one row per (M, N, K). --kinds, --sa, --flush, --experts, --data and --ceiling do not\n"
      "            apply.\n"},
     {"check",
-     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked,psum,wgrad] [--corrupt] [--cpu]\n"
+     "check   [--seed 1] [--cases 40] [--kinds normal,contiguous,masked,psum,wgrad,kgrouped] [--corrupt] [--cpu]\n"
      "          correctness sweep over random and awkward shapes, each output checked against a reference; exits 1\n"
      "          on the first failure; needs a Hopper GPU. wgrad cases: fp32 D = C + A x B^T with C aliasing D or a\n"
-     "          separate C (D poisoned), checked within one fp32 rounding plus the accumulation term. --corrupt flips\n"
+     "          separate C (D poisoned), checked within one fp32 rounding plus the accumulation term. kgrouped cases:\n"
+     "          1-8 experts, some without tokens, adding into D or overwriting it (D poisoned), checked expert by\n"
+     "          expert against the CPU reference; an expert without tokens must leave C (or zero). --corrupt flips\n"
      "          one output element (the checker must fail); --cpu checks the checker itself on the CPU, without a\n"
-     "          GPU (6 cases by default; bf16 outputs, and fp32 ones with C when --kinds has wgrad)\n"},
+     "          GPU (6 cases by default; bf16 outputs, fp32 ones with C when --kinds has wgrad, and K-grouped ones\n"
+     "          when it has kgrouped)\n"},
     {"warmup",
-     "warmup  [--shapes FILE | --n N1,N2 --k K1,K2 [--kind normal|contiguous|masked|psum|wgrad] [--groups 1]]\n"
-     "          [--m-range 1:8192] [--sms 132] [--jobs J]\n"
+     "warmup  [--shapes FILE | --n N1,N2 --k K1,K2 [--kind normal|contiguous|masked|psum|wgrad|kgrouped]\n"
+     "          [--groups 1]] [--m-range 1:8192] [--sms 132] [--jobs J]\n"
      "          compile ahead of time every kernel the heuristic picks for each shape (default: the DeepSeek-V3\n"
-     "          shapes; a training job adds data/shapes/deepseek_v3_wgrad.csv or --kind wgrad), every M of the range\n"
-     "          and both SA layouts, on J threads (default: one per CPU); no GPU needed\n"},
+     "          shapes; a training job adds data/shapes/deepseek_v3_wgrad.csv and deepseek_v3_kgrouped.csv, or\n"
+     "          --kind wgrad and --kind kgrouped), every M of the range (kgrouped: every multiple of 8, K being the\n"
+     "          tokens expected per expert) and both SA layouts, on J threads (default: one per CPU); no GPU needed\n"},
     {"plan",
      "plan    [--shapes FILE] [--m-range LO:HI] [--sa mn|k] [--sms 132]\n"
      "          the kernel configuration the heuristic picks for each shape (no GPU, nothing compiled); with\n"
-     "          --m-range, each shape's N and K over every M of the range, one line where the pick changes. Shape\n"
-     "          files: kind,groups,m,n,k[,note] with kind normal, contiguous, masked, psum or wgrad\n"},
+     "          --m-range, each shape's N and K over every M of the range (kgrouped: every multiple of 8), one line\n"
+     "          where the pick changes. Shape files: kind,groups,m,n,k[,note] with kind normal, contiguous, masked,\n"
+     "          psum, wgrad or kgrouped (m: rows of each expert's D, k: tokens expected per expert)\n"},
     {"stress",
      "stress  [--threads 8] [--seconds 60] [--devices 0,1|all] [--seed S] ...\n"
      "          random GEMMs of every kind on several threads, each output checked (finegemm stress --help)\n"},
@@ -269,11 +277,12 @@ int cmd_bench(const ft::ParsedArgs& args) {
                                              : "256 MiB memset before each timed call";
   std::printf("finegemm %s bench on %s (%d SMs); timer: %s, median of %d calls; L2 flush: %s\n", fg::version(),
               prop.name, fg::get_num_sms(), timer.c_str(), iters, flush_text);
-  std::printf("copy bandwidth %.0f GB/s; SA %s; operands: %s; rows per expert (contiguous): %s\n", copy_gbps,
-              k_major ? "K-major" : "MN-major",
-              data == "normal" ? "normal values quantized per token (A) and per 128x128 block (B; wgrad: per token)"
-                               : "uniform fp8 codes, scales 2^-10..2^10",
-              experts == "equal" ? "M each" : "random, 0.5x..1.5x of M");
+  std::printf("copy bandwidth %.0f GB/s; SA %s; operands: %s; rows per expert (contiguous; kgrouped: tokens): %s\n",
+              copy_gbps, k_major ? "K-major" : "MN-major",
+              data == "normal"
+                  ? "normal values quantized per token (A) and per 128x128 block (B; wgrad, kgrouped: per token)"
+                  : "uniform fp8 codes, scales 2^-10..2^10",
+              experts == "equal" ? "M (K) each" : "random, 0.5x..1.5x of M (K; kgrouped: some experts empty)");
   std::unique_ptr<ft::BenchCsv> csv;
   if (!csv_path.empty())
     csv = std::make_unique<ft::BenchCsv>(csv_path,
@@ -318,6 +327,8 @@ int cmd_bench(const ft::ParsedArgs& args) {
     opt.data = data == "normal" ? ft::DataKind::kNormal : ft::DataKind::kUniform;
     const bool contiguous = s.kind == fg::GemmKind::kGroupedContiguous || s.kind == fg::GemmKind::kGroupedContiguousPsum;
     if (contiguous && experts == "equal") opt.expert_rows.assign(size_t(s.groups), int(s.m));
+    if (s.kind == fg::GemmKind::kGroupedK && experts == "equal")
+      opt.expert_ks.assign(size_t(s.groups), std::max<int64_t>(128, (s.k + 127) / 128 * 128));
     ft::GemmProblem problem(s, opt);
     problem.poison_output(stream);
     problem.run(k_major, stream);
@@ -377,9 +388,11 @@ int cmd_bench(const ft::ParsedArgs& args) {
         log_cublas_normal += std::log(x_cublas), ++n_cublas_normal;
       }
     }
-    const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
-    // Where cuBLASLt did not run (grouped shapes, M not a multiple of 4, a shape or mode it rejects), its columns
-    // print '-'.
+    fg::Problem heuristic_problem = ft::problem_of(s, k_major);
+    if (problem.k_grouped()) heuristic_problem.k = problem.expected_k();  // what the call's split gives the heuristic
+    const std::string config = fg::describe_config(heuristic_problem, fg::get_num_sms());
+    // Where cuBLASLt did not run (grouped shapes, the K-grouped ones included; M not a multiple of 4; a shape or mode
+    // it rejects), its columns print '-'.
     char baseline[48] = "       -       - |       -";
     if (x_cublas > 0)
       std::snprintf(baseline, sizeof(baseline), "%8.1f %7.0f | %7.2f", cublas_us, cublas_tflops, x_cublas);
@@ -431,21 +444,71 @@ ft::OptionSet check_options() {
 
 // The checker itself, without a GPU: the "kernel output" is the CPU reference rounded to bf16 (what a correct kernel
 // returns up to rounding); --corrupt flips one element, and the checker must then exit 1.
-// wgrad cases (when --kinds has wgrad, every other case): B's scales per 1x128 row block, a random C, and the "kernel
-// output" fl(fl(product) + C) in fp32, the two roundings of a correct kernel; --corrupt flips a high mantissa bit.
+// wgrad cases: B's scales per 1x128 row block, a random C, and the "kernel output" fl(fl(product) + C) in fp32, the
+// two roundings of a correct kernel; --corrupt flips a high mantissa bit. kgrouped cases: the same expert by expert
+// (1-4 experts, some without tokens, whose output is C as it was). The cases take the checks --kinds selects in turn:
+// bf16 (any forward kind), wgrad, kgrouped.
 int cmd_check_cpu(const ft::ParsedArgs& args) {
   namespace ref = fg::reference;
   const uint64_t seed = uint64_t(args.integer("seed", 1));
   const int cases = int(args.integer("cases", 6));
   const bool corrupt = args.flag("corrupt");
   const std::vector<std::string> kinds = args.words("kinds", kAllKinds);
-  const bool with_wgrad = std::find(kinds.begin(), kinds.end(), "wgrad") != kinds.end();
-  const bool only_wgrad = with_wgrad && kinds.size() == 1;
+  std::vector<std::string> checks;
+  if (std::any_of(kinds.begin(), kinds.end(), [](const std::string& k) { return k != "wgrad" && k != "kgrouped"; }))
+    checks.push_back("bf16");
+  for (const char* kind : {"wgrad", "kgrouped"})
+    if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) checks.push_back(kind);
   std::mt19937_64 rng(seed);
   const int64_t ms[] = {1, 7, 65}, ns[] = {64, 576}, ks[] = {128, 576};
   for (int c = 0; c < cases; ++c) {
     const int64_t m = ms[rng() % 3], n = ns[rng() % 2], k = ks[rng() % 2], kb = (k + 127) / 128, nb = (n + 127) / 128;
-    const bool wgrad = only_wgrad || (with_wgrad && c % 2 == 1);
+    const std::string& check = checks[size_t(c) % checks.size()];
+    if (check == "kgrouped") {
+      // M a multiple of 8, as the kind takes it; k the tokens expected per expert.
+      ft::ProblemShape s = ft::shape_of_kind("kgrouped");
+      s.groups = int(1 + rng() % 4);
+      s.m = (m + 7) / 8 * 8;
+      s.n = n;
+      s.k = k;
+      const std::vector<int64_t> expert_ks = ft::draw_expert_ks(s, seed * 100 + uint64_t(c));
+      int64_t sum_k = 0;
+      for (int64_t k_g : expert_ks) sum_k += k_g;
+      std::vector<uint8_t> a(size_t(s.m * sum_k)), b(size_t(n * sum_k));
+      std::vector<float> sa(size_t(s.m * sum_k / 128)), sb(size_t(n * sum_k / 128));
+      ref::fill_random_fp8(a, seed * 100 + uint64_t(c));
+      ref::fill_random_fp8(b, seed * 100 + uint64_t(c) + 50);
+      ref::fill_random_scales(sa, seed * 7 + uint64_t(c));
+      ref::fill_random_scales(sb, seed * 11 + uint64_t(c));
+      const ft::Reference product = ft::k_grouped_reference(a.data(), sa.data(), b.data(), sb.data(), nullptr,
+                                                            expert_ks, s.m, n);
+      // C of the product's magnitude where there is one, standard normal values in the experts without tokens.
+      std::vector<float> c_values(product.value.size());
+      ref::fill_random_normal(c_values, seed * 13 + uint64_t(c));
+      for (size_t i = 0; i < c_values.size(); ++i)
+        if (product.abs_sum[i] > 0) c_values[i] = float(c_values[i] * product.abs_sum[i]);
+      ft::Reference d = product;
+      ref::add_c_to_reference(d.value, c_values.data(), n, s.groups * s.m, n);
+      std::vector<float> out(d.value.size());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = float(product.value[i]) + c_values[i];
+      if (corrupt) {
+        float& victim = out[size_t(rng() % out.size())];
+        victim = std::bit_cast<float>(std::bit_cast<uint32_t>(victim) ^ 0x00400000u);
+      }
+      // The CPU's products are exact: the reference's own accumulation term (2^-20), not the tensor cores'.
+      const ft::Verdict v = ft::check_k_grouped_output(out, d, expert_ks, s.m, n, ft::kMaxDiff, 0x1p-20);
+      std::string split;
+      for (int64_t k_g : expert_ks) split += (split.empty() ? "" : ",") + std::to_string(k_g);
+      std::printf("case %d  cpu kgrouped G=%d M=%lld N=%lld ks=%s  %s\n", c, s.groups, (long long)s.m, (long long)n,
+                  split.c_str(), v.ok ? "ok" : v.summary.c_str());
+      if (!v.ok) {
+        std::printf("FAILED. Replay: finegemm check --cpu --seed %llu --cases %d%s%s\n", (unsigned long long)seed,
+                    c + 1, corrupt ? " --corrupt" : "", args.has("kinds") ? (" --kinds " + join(kinds)).c_str() : "");
+        return 1;
+      }
+      continue;
+    }
+    const bool wgrad = check == "wgrad";
     std::vector<uint8_t> a(size_t(m * k)), b(size_t(n * k));
     std::vector<float> sa(size_t(m * kb)), sb(size_t((wgrad ? n : nb) * kb));
     ref::fill_random_fp8(a, seed * 100 + uint64_t(c));
@@ -508,20 +571,33 @@ int cmd_check(const ft::ParsedArgs& args) {
     s.n = ns[rng() % std::size(ns)];
     s.k = ks[rng() % std::size(ks)];
     s.groups = s.kind == fg::GemmKind::kNormal ? 1 : int(1 + rng() % 8);
-    const bool k_major = rng() % 2;
+    bool k_major = rng() % 2;
     ft::ProblemOptions opt;
     opt.seed = seed * 1000 + uint64_t(c);
     if (s.kind == fg::GemmKind::kGroupedMasked)
       for (int g = 0; g < s.groups; ++g) opt.masked_m.push_back(int(rng() % (s.m + 1)));
     if (s.wgrad) opt.c_aliases_d = rng() % 2 == 0;  // C is D (training's case), or a separate C with D poisoned
+    if (s.kind == fg::GemmKind::kGroupedK) {
+      // Sizes the CPU reference computes in well under a second: M and N multiples of 8 (M > 64: below, the
+      // heuristic finds no configuration), k the tokens expected per expert (each expert's drawn around it, some
+      // experts without any). SA is MN-major, the kind's only layout.
+      const int64_t k_grouped_ms[] = {72, 136, 200, 264}, k_grouped_ns[] = {8, 64, 136, 576, 1024};
+      const int64_t k_grouped_ks[] = {128, 256, 640};
+      s.m = k_grouped_ms[rng() % std::size(k_grouped_ms)];
+      s.n = k_grouped_ns[rng() % std::size(k_grouped_ns)];
+      s.k = k_grouped_ks[rng() % std::size(k_grouped_ks)];
+      k_major = false;
+      opt.accumulate = rng() % 2 == 0;  // D += A_g x B_g^T (training's case), or D overwritten, poisoned before
+    }
     ft::GemmProblem problem(s, opt);
     problem.poison_output(stream);
     problem.run(k_major, stream);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const ft::Reference reference = ft::gpu_reference(problem);
+    // K-grouped: against the CPU reference, expert by expert.
+    const ft::Reference reference = problem.k_grouped() ? ft::cpu_reference(problem) : ft::gpu_reference(problem);
     ft::Verdict v;
     // --corrupt, a test hook: one valid output element flipped, so that the checker must fail.
-    if (s.wgrad) {
+    if (problem.f32_output()) {
       std::vector<float> out = problem.download_output_f32();
       if (corrupt && !out.empty()) out[0] = std::bit_cast<float>(std::bit_cast<uint32_t>(out[0]) ^ 0x00400000u);
       v = ft::check_output(problem, reference, out);
@@ -536,7 +612,12 @@ int cmd_check(const ft::ParsedArgs& args) {
       }
       v = ft::check_output(problem, reference, out);
     }
-    const std::string what = s.describe() + (s.wgrad ? (problem.c_aliases_d() ? " C=D" : " C apart") : "");
+    std::string what = s.describe() + (s.wgrad ? (problem.c_aliases_d() ? " C=D" : " C apart") : "");
+    if (problem.k_grouped()) {
+      what += problem.accumulate() ? " D+= ks=" : " D= ks=";
+      for (size_t g = 0; g < problem.expert_ks().size(); ++g)
+        what += (g ? "," : "") + std::to_string(problem.expert_ks()[g]);
+    }
     std::printf("case %3d  %-48s SA %-8s %s\n", c, what.c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
     if (!v.ok) {
       std::printf("FAILED. Replay: finegemm check --seed %llu --cases %d --kinds %s%s\n", (unsigned long long)seed,
@@ -595,11 +676,15 @@ int cmd_warmup(const ft::ParsedArgs& args) {
   const auto [m_lo, m_hi] = args.range("m-range", {1, 8192});
   const int sms = int(args.integer("sms", 132));
   const int jobs = int(args.integer("jobs", std::max(1u, std::thread::hardware_concurrency())));
-  // Every M in the range (the heuristic only changes its pick at a few M); both SA layouts.
+  // Every M in the range the kind takes (the heuristic only changes its pick at a few M); both SA layouts (kgrouped:
+  // MN-major, its only one). kgrouped: the M no configuration fits are left out and counted, with the first reason.
   std::vector<fg::Problem> problems;
+  int64_t k_grouped_skipped = 0;
+  std::string k_grouped_skip_reason;
   for (const auto& s : shapes) {
     for (bool k_major : {false, true}) {
-      for (int64_t m = m_lo; m <= m_hi; ++m) {
+      if (k_major && s.kind == fg::GemmKind::kGroupedK) continue;
+      for (int64_t m = (m_lo + s.m_step() - 1) / s.m_step() * s.m_step(); m <= m_hi; m += s.m_step()) {
         ft::ProblemShape t = s;
         if (s.kind == fg::GemmKind::kGroupedContiguous) {
           fg::Problem p = ft::problem_of(t, k_major);
@@ -607,7 +692,13 @@ int cmd_warmup(const ft::ParsedArgs& args) {
           problems.push_back(p);
         } else {
           t.m = m;
-          problems.push_back(ft::problem_of(t, k_major));
+          const fg::Problem p = ft::problem_of(t, k_major);
+          std::string reason;
+          if (s.kind == fg::GemmKind::kGroupedK && !fg::is_supported(p, &reason)) {
+            if (k_grouped_skipped++ == 0) k_grouped_skip_reason = reason;
+            continue;
+          }
+          problems.push_back(p);
         }
       }
     }
@@ -628,6 +719,9 @@ int cmd_warmup(const ft::ParsedArgs& args) {
               shapes.size(), (long long)m_lo, (long long)m_hi, sms, compiled,
               (unsigned long long)fg::jit_stats().disk_hits, sec, jobs, dir.empty() ? "(disabled)" : dir.c_str(),
               (unsigned long long)files, double(bytes) / 1e6);
+  if (k_grouped_skipped > 0)
+    std::printf("warmup: %lld kgrouped (shape, M) pairs skipped, no configuration fits them (first: %s)\n",
+                (long long)k_grouped_skipped, k_grouped_skip_reason.c_str());
   return 0;
 }
 
@@ -642,7 +736,7 @@ ft::OptionSet plan_options() {
 }
 
 /// The kernel configuration the heuristic picks for each shape (no GPU, nothing compiled). With --m-range, every M of
-/// the range for each shape's N and K, one line where the pick changes.
+/// the range the kind takes for each shape's N and K, one line where the pick changes.
 int cmd_plan(const ft::ParsedArgs& args) {
   const std::vector<ft::ProblemShape> shapes = shapes_of(args);
   const bool k_major = args.text("sa", "mn") == "k";
@@ -663,7 +757,7 @@ int cmd_plan(const ft::ParsedArgs& args) {
       continue;
     }
     std::string last;
-    for (int64_t m = m_lo; m <= m_hi; ++m) {
+    for (int64_t m = (m_lo + s.m_step() - 1) / s.m_step() * s.m_step(); m <= m_hi; m += s.m_step()) {
       s.m = m;
       const std::string config = pick(s);
       // The tile counts change with every M: a pick is its configuration up to " tiles=".

@@ -34,20 +34,23 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: finegemm stress [--threads 8] [--seconds 60] [--devices 0 | 0,1 | all] [--device-order alternate|random]\n"
-    "                       [--seed 1] [--kinds normal,contiguous,masked,psum,wgrad] [--max-m 1024]\n"
+    "                       [--seed 1] [--kinds normal,contiguous,masked,psum,wgrad,kgrouped] [--max-m 1024]\n"
     "                       [--fresh-percent 10] [--max-calls 0] [--hang-seconds 120]\n"
     "  Each thread issues random GEMMs on its own stream (one per device it uses), the device chosen per call among\n"
     "  --devices (cudaSetDevice on that thread), and checks every output (poisoned first) against the GPU reference.\n"
     "  --fresh-percent of the calls draw a new shape (a kernel compiled for the first time, most likely; M awkward or\n"
-    "  uniform up to --max-m); the others take one of 24 fixed shapes, with fresh data. wgrad calls (fp32\n"
-    "  D = C + A x B^T, 1x128 scales on both operands) take C as D or as a buffer of their own. --max-calls bounds\n"
-    "  the calls per thread (0: until --seconds). A call running longer than --hang-seconds is reported as a hang and\n"
-    "  ends the process (exit 3). Last line: stress: calls=N failures=F compiles=C ... (exit 1 when F > 0).\n"
+    "  uniform up to --max-m); the others take one of 28 fixed shapes, with fresh data. wgrad calls (fp32\n"
+    "  D = C + A x B^T, 1x128 scales on both operands) take C as D or as a buffer of their own; kgrouped calls\n"
+    "  (per expert fp32 D[g] = C[g] + A_g x B_g^T, M a multiple of 8 above 64, some experts without tokens) add\n"
+    "  into D or overwrite it, each with a workspace of its own. --max-calls bounds the calls per thread (0: until\n"
+    "  --seconds). A call running longer than --hang-seconds is reported as a hang and ends the process (exit 3).\n"
+    "  Last line: stress: calls=N failures=F compiles=C ... (exit 1 when F > 0).\n"
     "  Needs a Hopper GPU. Accepted: --threads 1..256; --seconds and --hang-seconds in (0, 86400]; --devices 'all'\n"
     "  or distinct ordinals 0..1023; --seed and --max-calls >= 0; --max-m 1..65536; --fresh-percent 0..100.\n";
 
 // ---- Shapes ------------------------------------------------------------------------------------------------------
-// N and K follow the documented rules (N % 8 == 0, K % 16 == 0); M is any value >= 1. Most calls take one of these
+// N and K follow the documented rules (N % 8 == 0, K % 16 == 0; kgrouped: M % 8 == 0 and M > 64, K the tokens
+// expected per expert, a multiple of 128); M is any value >= 1 otherwise. Most calls take one of these
 // shapes (with fresh data, SA layout and masked_m), so their kernels are warm after the first calls; the others draw
 // a new shape (--fresh-percent), whose kernel is most likely compiled while other threads launch.
 struct WarmShape {
@@ -64,9 +67,14 @@ constexpr WarmShape kWarmShapes[] = {
     {"masked", 6, 65, 256, 272},         {"psum", 4, 64, 2048, 512},         {"psum", 8, 17, 576, 256},
     {"psum", 2, 200, 4096, 1536},        {"psum", 1, 1, 136, 16},            {"wgrad", 1, 1, 8, 16},
     {"wgrad", 1, 65, 136, 576},          {"wgrad", 1, 576, 4096, 512},       {"wgrad", 1, 2112, 1024, 1536},
+    {"kgrouped", 1, 72, 8, 128},          {"kgrouped", 4, 256, 512, 256},     {"kgrouped", 8, 136, 576, 384},
+    {"kgrouped", 2, 512, 2048, 1024},
 };
 constexpr int64_t kAwkwardM[] = {1, 2, 3, 7, 17, 31, 63, 64, 65, 127, 128, 129, 255, 257, 511, 1000};
 constexpr int64_t kMaxFreshDim = 8192;
+// kgrouped: the heuristic keeps the 128-row tiles the K-grouped kernels need for M > 64 only, and finds no
+// configuration below.
+constexpr int64_t kMinKGroupedM = 72;
 constexpr int kMaxStressGroups = 8;
 // Bounds that keep one call (host data, the fp64 GPU reference, the host check) in the milliseconds.
 constexpr int64_t kMaxWeightBytes = int64_t(64) << 20;      // G * N * K fp8 bytes of B
@@ -140,7 +148,7 @@ struct Call {
 
 int64_t rows_upper_bound(const ProblemShape& s) {
   if (s.kind == GemmKind::kNormal) return s.m;
-  if (s.kind == GemmKind::kGroupedMasked) return s.groups * s.m;
+  if (s.kind == GemmKind::kGroupedMasked || s.kind == GemmKind::kGroupedK) return s.groups * s.m;
   const int64_t most = s.m + s.m / 2;  // GemmProblem draws each expert's rows in [m/2, 3m/2]
   return s.groups * ((most + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment);
 }
@@ -172,13 +180,20 @@ Call draw_call(std::mt19937_64& rng, const StressOptions& opt) {
     s.n = w.n;
     s.k = w.k;
   }
-  while (s.groups > 1 && s.groups * s.n * s.k > kMaxWeightBytes) --s.groups;
+  const int64_t min_m = s.kind == GemmKind::kGroupedK ? kMinKGroupedM : 1;
+  if (s.kind == GemmKind::kGroupedK) {
+    s.m = std::max(min_m, (s.m + 7) / 8 * 8);
+    s.k = (s.k + 127) / 128 * 128;
+  }
+  // kgrouped: an expert's K reaches 1.5 k rounded up to 128 (draw_expert_ks).
+  const auto most_k = [&] { return s.kind == GemmKind::kGroupedK ? (s.k + s.k / 2 + 127) / 128 * 128 : s.k; };
+  while (s.groups > 1 && s.groups * s.n * most_k() > kMaxWeightBytes) --s.groups;
   auto too_big = [&] {
     const int64_t rows = rows_upper_bound(s);
-    return rows * s.n > kMaxOutputElements || rows * s.n * s.k > kMaxReferenceMacs;
+    return rows * s.n > kMaxOutputElements || rows * s.n * most_k() > kMaxReferenceMacs;
   };
-  while (too_big() && (s.m > 1 || s.groups > 1)) {
-    if (s.m > 1) s.m /= 2;
+  while (too_big() && (s.m > min_m || s.groups > 1)) {
+    if (s.m > min_m) s.m = std::max(min_m, s.m / 2 / s.m_step() * s.m_step());
     else --s.groups;
   }
   c.sa_k_major = rng() % 2 == 1;
@@ -187,6 +202,7 @@ Call draw_call(std::mt19937_64& rng, const StressOptions& opt) {
   if (s.kind == GemmKind::kGroupedMasked)
     for (int g = 0; g < s.groups; ++g) c.data.masked_m.push_back(int(rng() % uint64_t(s.m + 1)));
   if (s.wgrad) c.data.c_aliases_d = rng() % 2 == 0;
+  if (s.kind == GemmKind::kGroupedK) c.data.accumulate = rng() % 2 == 0;
   return c;
 }
 
@@ -207,7 +223,16 @@ std::string kernel_of(const GemmProblem& p, const Call& c, int num_sms) {
     q.c_is_d = c.data.c_aliases_d;
   }
   q.m = p.rows();
-  if (c.shape.kind == GemmKind::kGroupedContiguousPsum) {
+  if (c.shape.kind == GemmKind::kGroupedK) {
+    // MN-major SA whatever the call drew; it adds into D with or without accumulation (D zeroed first).
+    q.sa_k_major = false;
+    q.sb_per_row = true;
+    q.d_dtype = DType::kFloat32;
+    q.accumulate = true;
+    q.m = c.shape.m;
+    q.k = p.expected_k();
+    if (p.sum_k() == 0) return {};
+  } else if (c.shape.kind == GemmKind::kGroupedContiguousPsum) {
     q.m = std::min<int64_t>(std::max<int64_t>(1, c.shape.m), p.rows());  // the expected_m GemmProblem::run passes
   } else if (c.shape.kind == GemmKind::kGroupedMasked) {
     int expected = 1;
@@ -264,11 +289,19 @@ struct Shared {
 std::string describe_call(int device, int thread, int64_t index, const Call& c) {
   std::ostringstream os;
   os << "device " << device << " thread " << thread << " call " << index << ": " << c.shape.describe() << " SA "
-     << (c.sa_k_major ? "K-major" : "MN-major") << (c.shape.wgrad ? (c.data.c_aliases_d ? " C=D" : " C apart") : "")
+     << (c.sa_k_major && c.shape.kind != GemmKind::kGroupedK ? "K-major" : "MN-major")
+     << (c.shape.wgrad ? (c.data.c_aliases_d ? " C=D" : " C apart") : "")
+     << (c.shape.kind == GemmKind::kGroupedK ? (c.data.accumulate ? " D+=" : " D=") : "")
      << (c.fresh ? " (new shape)" : "") << " data seed " << c.data.seed;
   if (!c.data.masked_m.empty()) {
     os << " masked_m {";
     for (size_t g = 0; g < c.data.masked_m.size(); ++g) os << (g ? "," : "") << c.data.masked_m[g];
+    os << "}";
+  }
+  if (c.shape.kind == GemmKind::kGroupedK) {
+    const std::vector<int64_t> ks = draw_expert_ks(c.shape, c.data.seed);  // GemmProblem's split of the tokens
+    os << " ks {";
+    for (size_t g = 0; g < ks.size(); ++g) os << (g ? "," : "") << ks[g];
     os << "}";
   }
   return os.str();
@@ -300,7 +333,7 @@ void worker(int thread_idx, Shared& shared) {
       problem.run(call.sa_k_major, stream);
       if (call.launch_twice) {
         // D = C + A x B^T with C aliasing D adds the product again: start the second call from C too.
-        if (problem.wgrad() && problem.c_aliases_d()) problem.poison_output(stream);
+        if (problem.d_holds_c()) problem.poison_output(stream);
         problem.run(call.sa_k_major, stream);
       }
       sync_and_check(stream, what);

@@ -43,7 +43,7 @@ const char* kind_name(const ProblemShape& s) {
     case GemmKind::kGroupedContiguous: return "contiguous";
     case GemmKind::kGroupedMasked: return "masked";
     case GemmKind::kGroupedContiguousPsum: return "psum";
-    case GemmKind::kGroupedK: return "k-grouped";
+    case GemmKind::kGroupedK: return "kgrouped";
   }
   fail("unknown GemmKind");
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -769,7 +770,8 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // 6 K blocks, SB read by every math thread), one contiguous, one masked, and two weight-gradient cases (1x128 SB,
   // C's tile loaded into the output tile): 65x136x576 with C aliasing D, 300x264x640 with a separate C. The dense
   // wide tail has a case of its own (SanitizerWideTail). Then the psum layout (3 groups, one empty, rows past each
-  // group's end).
+  // group's end) and the K-grouped weight gradient (3 experts, the middle one without tokens, M off the tile; adding
+  // into D, then overwriting it).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
@@ -779,7 +781,8 @@ TEST_F(Gpu, SanitizerSmallCases) {
                                      shape(GemmKind::kGroupedMasked, 3, 130, 576, 256),
                                      wgrad(65, 136, 576),
                                      wgrad(300, 264, 640),
-                                     shape(GemmKind::kGroupedContiguousPsum, 3, 100, 576, 256)};
+                                     shape(GemmKind::kGroupedContiguousPsum, 3, 100, 576, 256),
+                                     shape(GemmKind::kGroupedK, 3, 136, 264, 256)};
   int i = 0;
   for (const auto& s : shapes)
     for (bool k_major : {false, true}) {
@@ -787,6 +790,10 @@ TEST_F(Gpu, SanitizerSmallCases) {
       opt.seed = uint64_t(40 + i++);
       if (s.kind == GemmKind::kGroupedMasked) opt.masked_m = {130, 0, 65};
       if (s.kind == GemmKind::kGroupedContiguousPsum) opt.expert_rows = {70, 0, 131};
+      if (s.kind == GemmKind::kGroupedK) {
+        opt.expert_ks = {256, 0, 384};
+        opt.accumulate = !k_major;  // its SA is MN-major either way
+      }
       opt.c_aliases_d = s.m != 300;
       ft::GemmProblem p(s, opt);
       const ft::Verdict v = run_and_check(p, k_major);
@@ -1287,4 +1294,79 @@ TEST_F(Gpu, KGroupedGraphReplayWithNewSplit) {
   const std::string failures = q.check(p.download(), true);
   EXPECT_TRUE(failures.empty()) << failures;
   cudaGraphExecDestroy(exec);
+}
+
+// ---- the K-grouped weight gradient through the tools (GemmProblem: `finegemm check`, bench and stress) ------------
+
+// `finegemm check`'s K-grouped cases: problems as the tools build them (the experts' K drawn from the seed with some
+// experts empty, or given), run with accumulation (D holds C) and without (D poisoned: the call must zero it and write
+// every expert's D[g]), checked expert by expert against the CPU reference; the GPU reference, which bench and stress
+// check against, agrees with it. M and N off the tiles with several experts, N = 8, one expert, 16 experts, experts
+// without tokens first, in the middle and five in a row.
+TEST_F(Gpu, KGroupedToolsCheckAgainstTheCpuReference) {
+  struct Case {
+    int groups;
+    int64_t m, n, k;
+    std::vector<int64_t> ks;  // empty: drawn from the seed (draw_expert_ks)
+  };
+  const Case cases[] = {{4, 136, 264, 256, {}},  {3, 72, 576, 384, {384, 0, 128}},        {1, 264, 136, 640, {}},
+                        {8, 200, 1024, 128, {}}, {2, 256, 8, 512, {0, 512}},               {16, 72, 64, 128, {}},
+                        {6, 136, 576, 256, {0, 0, 0, 0, 0, 128}}};
+  int i = 0;
+  for (const Case& cs : cases) {
+    for (bool accumulate : {true, false}) {
+      const ft::ProblemShape s = shape(GemmKind::kGroupedK, cs.groups, cs.m, cs.n, cs.k);
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(4000 + i);
+      opt.expert_ks = cs.ks;
+      opt.accumulate = accumulate;
+      opt.data = i % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
+      ++i;
+      ft::GemmProblem p(s, opt);
+      ASSERT_EQ(p.expert_ks(), cs.ks.empty() ? ft::draw_expert_ks(s, opt.seed) : cs.ks);
+      if (cs.groups > 1) EXPECT_NE(std::count(p.expert_ks().begin(), p.expert_ks().end(), 0), 0) << s.describe();
+      p.poison_output(stream_);
+      p.run(false, stream_);
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const ft::Reference cpu = ft::cpu_reference(p);
+      const ft::Verdict v = ft::check_download(p, cpu);
+      std::string split;
+      for (int64_t k : p.expert_ks()) split += (split.empty() ? "" : ",") + std::to_string(k);
+      std::printf("[kgrouped-tools] %-34s ks=%-24s %s %s\n", s.describe().c_str(), split.c_str(),
+                  accumulate ? "D+=" : "D= ", v.summary.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << " ks=" << split << (accumulate ? " D+=" : " D=") << "\n" << v.summary;
+      // The GPU reference of the same problem: the same values and magnitudes, up to fp64 rounding.
+      const ft::Reference gpu = ft::gpu_reference(p);
+      ASSERT_EQ(gpu.value.size(), cpu.value.size());
+      double worst = 0;
+      for (size_t e = 0; e < cpu.value.size(); ++e) {
+        const double scale = cpu.abs_sum[e] + std::abs(cpu.value[e]) + 1e-300;
+        worst = std::max({worst, std::abs(gpu.value[e] - cpu.value[e]) / scale,
+                          std::abs(gpu.abs_sum[e] - cpu.abs_sum[e]) / scale});
+      }
+      EXPECT_LT(worst, 1e-12) << s.describe() << " ks=" << split;
+    }
+  }
+  EXPECT_EQ(fg::device_error_flags(), 0u);
+}
+
+// The shape file's K-grouped rows (DeepGEMM's SM90 cases) as bench runs them: drawn splits, D += A_g x B_g^T, checked
+// against the GPU reference; the flops count the real tokens only.
+TEST_F(Gpu, KGroupedSeedShapes) {
+  const std::vector<ft::ProblemShape> shapes =
+      ft::read_shape_file(repository_file("data/shapes/deepseek_v3_kgrouped.csv"));
+  ASSERT_EQ(shapes.size(), 6u);
+  precompile(shapes);
+  int i = 0;
+  for (const auto& s : shapes) {
+    ASSERT_EQ(s.kind, GemmKind::kGroupedK) << s.describe();
+    ft::ProblemOptions opt;
+    opt.seed = uint64_t(4100 + i++);
+    ft::GemmProblem p(s, opt);
+    EXPECT_DOUBLE_EQ(p.flops(), 2.0 * double(s.m) * double(s.n) * double(p.sum_k())) << s.describe();
+    const ft::Verdict v = run_and_check(p, false);
+    std::printf("[kgrouped] %-36s tokens=%-6lld %s\n", s.describe().c_str(), (long long)p.sum_k(), v.summary.c_str());
+    EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+  }
+  EXPECT_EQ(fg::device_error_flags(), 0u);
 }

@@ -8,6 +8,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -118,13 +119,13 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"bench --flush fast", "finegemm bench: --flush takes one of memset, read, none, got 'fast'"},
       {"bench --kinds normal,dense",
        "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, wgrad, "
-       "got 'normal,dense'"},
+       "kgrouped, got 'normal,dense'"},
       {"bench --kinds normal,normal",
        "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, wgrad, "
-       "got 'normal,normal'"},
+       "kgrouped, got 'normal,normal'"},
       {"bench --kinds wgrad,dgrad",
        "finegemm bench: --kinds takes a comma list of distinct words from normal, contiguous, masked, psum, wgrad, "
-       "got 'wgrad,dgrad'"},
+       "kgrouped, got 'wgrad,dgrad'"},
       {"bench --shapes " + (inputs / "missing.csv").string(),
        "finegemm bench: --shapes takes an existing file, got '" + (inputs / "missing.csv").string() + "'"},
       {"bench --ceiling=yes", "finegemm bench: --ceiling takes no value, got 'yes'"},
@@ -159,7 +160,13 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"check --cpu --seed x1", "finegemm check: --seed takes an integer in 0..9223372036854775807, got 'x1'"},
       {"check --cpu --corrupt extra", "finegemm check: unexpected argument 'extra' (options: "},
       {"check --kinds wgrad,", "finegemm check: --kinds takes a comma list of distinct words from normal, contiguous, "
-                               "masked, psum, wgrad, got 'wgrad,'"},
+                               "masked, psum, wgrad, kgrouped, got 'wgrad,'"},
+      {"check --cpu --kinds kgrouped,kgrouped", "finegemm check: --kinds takes a comma list of distinct words from "
+                                                "normal, contiguous, masked, psum, wgrad, kgrouped, got "
+                                                "'kgrouped,kgrouped'"},
+      {"check --kinds k-grouped", "finegemm check: --kinds takes a comma list of distinct words from normal, "
+                                  "contiguous, masked, psum, wgrad, kgrouped, got 'k-grouped'"},
+      {"bench --kinds kgrouped --chain", "finegemm bench: --kinds does not go with --chain ("},
       {"warmup " + shapes, "finegemm warmup: unexpected argument '" + shapes + "' (options: "},
       {"warmup --jobs 0", "finegemm warmup: --jobs takes an integer in 1..1024, got '0'"},
       {"warmup --m-range 5:2", "finegemm warmup: --m-range takes LO:HI with 1 <= LO <= HI <= 2147483648, got '5:2'"},
@@ -168,7 +175,12 @@ TEST(Cli, BadCommandLinesExitTwoWithOneLineNamingTheOption) {
       {"warmup --n 576,x --k 512",
        "finegemm warmup: --n takes a comma list of distinct integers in 1..2147483648, got '576,x'"},
       {"warmup --n 576 --k 512 --kind dense",
-       "finegemm warmup: --kind takes one of normal, contiguous, masked, psum, wgrad, got 'dense'"},
+       "finegemm warmup: --kind takes one of normal, contiguous, masked, psum, wgrad, kgrouped, got 'dense'"},
+      {"warmup --n 576 --k 512 --kind kgrouped --groups 0",
+       "finegemm warmup: --groups takes an integer in 1..65536, got '0'"},
+      {"warmup --kind kgrouped --groups 4",
+       "finegemm warmup: --kind describes the --n/--k shapes, got no --n/--k"},
+      {"warmup --groups 4 --k 512", "finegemm warmup: --n and --k go together, got only --k"},
       {"warmup --n 576 --k 512 --groups 4", "finegemm warmup: --groups takes 1 with --kind normal, got '4'"},
       {"warmup --n 576 --k 512 --kind wgrad --groups 2",
        "finegemm warmup: --groups takes 1 with --kind wgrad, got '2'"},
@@ -245,7 +257,8 @@ TEST(Cli, GpuCommandsExitOneWithOneLineWithoutAGpu) {
   const fs::path dir = temp_dir(), cache = dir / "cache";
   fs::create_directories(cache);
   for (const char* command : {"bench", "bench --ceiling --csv out.csv", "bench --chain",
-                              "bench --chain --layers 4 --m 64 --csv out.csv", "check", "check --cases 3", "stress"}) {
+                              "bench --chain --layers 4 --m 64 --csv out.csv", "bench --kinds kgrouped", "check",
+                              "check --cases 3", "check --kinds kgrouped", "stress", "stress --kinds kgrouped"}) {
     const CliRun r = run_cli(command, dir, "FINEGEMM_CACHE_DIR='" + cache.string() + "'");
     const std::string name = std::string(command).substr(0, std::string(command).find(' '));
     EXPECT_EQ(r.status, 1) << command << ": " << r.out << r.err;
@@ -290,6 +303,31 @@ TEST(Cli, CheckOfTheWgradCheckerFailsOnACorruptedOutput) {
   EXPECT_EQ(status, 0) << both;
   EXPECT_NE(both.find("case 0  cpu bf16 M="), std::string::npos) << both;
   EXPECT_NE(both.find("case 1  cpu wgrad M="), std::string::npos) << both;
+}
+
+TEST(Cli, CheckOfTheKGroupedCheckerFailsOnACorruptedOutput) {
+  // The K-grouped check on the CPU, expert by expert with C: passes on a correct output, fails on one flipped element.
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string good = run_command(kCli + " check --cpu --cases 6 --seed 5 --kinds kgrouped", &status);
+  EXPECT_EQ(status, 0) << good;
+  EXPECT_NE(good.find("6 passed, 0 failed"), std::string::npos) << good;
+  EXPECT_NE(good.find("case 5  cpu kgrouped G="), std::string::npos) << good;
+  EXPECT_EQ(good.find("cpu bf16"), std::string::npos) << good;
+  EXPECT_EQ(good.find("cpu wgrad"), std::string::npos) << good;
+  // Some case has an expert without tokens (its output must be C as it was).
+  EXPECT_TRUE(std::regex_search(good, std::regex(R"(ks=([0-9]+,)*0[, ])"))) << good;
+  const std::string bad = run_command(kCli + " check --cpu --cases 6 --seed 5 --kinds kgrouped --corrupt", &status);
+  EXPECT_EQ(status, 1) << bad;
+  EXPECT_NE(bad.find("FAILED. Replay: finegemm check --cpu --seed 5 --cases 1 --corrupt --kinds kgrouped"),
+            std::string::npos)
+      << bad;
+  // With every kind (the default), the cases take the bf16, wgrad and K-grouped checks in turn.
+  const std::string all = run_command(kCli + " check --cpu --cases 3 --seed 5", &status);
+  EXPECT_EQ(status, 0) << all;
+  EXPECT_NE(all.find("case 0  cpu bf16 M="), std::string::npos) << all;
+  EXPECT_NE(all.find("case 1  cpu wgrad M="), std::string::npos) << all;
+  EXPECT_NE(all.find("case 2  cpu kgrouped G="), std::string::npos) << all;
 }
 
 // ---- warmup and plan ---------------------------------------------------------------------------------------------
@@ -348,6 +386,64 @@ TEST(Cli, WarmupCompilesTheWgradKernels) {
   out = run_command(env + kCli + " warmup --n 256 --k 640 --kind wgrad" + range, &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_EQ(compiled_count(out), 0) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, WarmupCompilesTheKGroupedKernels) {
+  // The K-grouped kernels are kernels of their own; a shape file's kgrouped rows and --kind kgrouped with --groups
+  // warm the same ones, over the M of the range that the kind takes (multiples of 8).
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  const fs::path dir = temp_dir(), cache = dir / "cache";
+  std::ofstream(dir / "kgrouped.csv") << "kind,groups,m,n,k\nkgrouped,4,256,256,256\n";
+  const std::string env = "FINEGEMM_CACHE_DIR=" + cache.string() + " ";
+  const std::string range = " --m-range 1:136 --sms 132 --jobs 2";
+  int status = -1;
+  std::string out = run_command(env + kCli + " warmup --shapes " + (dir / "kgrouped.csv").string() + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_GT(compiled_count(out), 0) << out;
+  out = run_command(env + kCli + " warmup --n 256 --k 256 --kind kgrouped --groups 4" + range, &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_EQ(compiled_count(out), 0) << out;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, PlanPrintsTheKGroupedPicks) {
+  if (kCli.empty()) GTEST_SKIP() << "CLI not built";
+  int status = -1;
+  const std::string file = std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3_kgrouped.csv";
+  const std::string out = run_command(kCli + " plan --shapes " + file, &status);
+  EXPECT_EQ(status, 0) << out;
+  std::istringstream lines(out);
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++count;
+    EXPECT_EQ(line.rfind("kgrouped  ", 0), 0u) << line;
+    EXPECT_NE(line.find(" | BM=128 "), std::string::npos) << line;  // 128-row tiles, as the K-grouped kernels run
+    EXPECT_NE(line.find(" sa=mn "), std::string::npos) << line;
+    EXPECT_NE(line.find(" sb=1x128 out=fp32,+=D "), std::string::npos) << line;
+  }
+  EXPECT_EQ(count, 6) << out;
+  EXPECT_NE(out.find("kgrouped    16   4096   7168   2048 | BM=128"), std::string::npos) << out;
+  // SA K-major asked for: the kind's SA stays MN-major, the picks the same.
+  EXPECT_EQ(run_command(kCli + " plan --sa k --shapes " + file, &status), out);
+  // Over an M range: the multiples of 8 only, one line where the pick changes.
+  const fs::path dir = temp_dir();
+  std::ofstream(dir / "one.csv") << "kind,groups,m,n,k\nkgrouped,4,4096,7168,8192\n";
+  const std::string range = run_command(kCli + " plan --shapes " + (dir / "one.csv").string() + " --m-range 65:600",
+                                        &status);
+  EXPECT_EQ(status, 0) << range;
+  std::istringstream range_lines(range);
+  int range_count = 0;
+  for (std::string line; std::getline(range_lines, line);) {
+    std::istringstream fields(line);
+    std::string kind;
+    int64_t groups = 0, m = 0;
+    fields >> kind >> groups >> m;
+    EXPECT_EQ(m % 8, 0) << line;
+    ++range_count;
+  }
+  EXPECT_GT(range_count, 1) << range;
+  EXPECT_EQ(range.rfind("kgrouped     4     72   7168   8192 | BM=128", 0), 0u) << range;
   fs::remove_all(dir);
 }
 
@@ -491,7 +587,107 @@ TEST(Shapes, PsumRowsAreContiguousGemmsGivenByGroupEnds) {
     EXPECT_EQ(p.d_dtype, DType::kBFloat16);
     EXPECT_EQ(ft::problem_of(shapes[1], k_major).m, 8 * 512);
   }
-  EXPECT_EQ(ft::shape_kind_names(), (std::vector<std::string>{"normal", "contiguous", "masked", "psum", "wgrad"}));
+  EXPECT_EQ(ft::shape_kind_names(),
+            (std::vector<std::string>{"normal", "contiguous", "masked", "psum", "wgrad", "kgrouped"}));
+}
+
+TEST(Shapes, KGroupedRowsAreMoeWeightGradients) {
+  const std::vector<ft::ProblemShape> shapes = ft::parse_shapes(
+      "kind,groups,m,n,k,note\n"
+      "kgrouped,4,4096,7168,8192,EP64\n"
+      "kgrouped,8,100,7168,4096,M not a multiple of 8\n"
+      "kgrouped,8,4096,7168,4000,K not a multiple of 128\n",
+      "test");
+  ASSERT_EQ(shapes.size(), 3u);
+  EXPECT_EQ(shapes[0].kind, GemmKind::kGroupedK);
+  EXPECT_FALSE(shapes[0].wgrad);
+  EXPECT_STREQ(shapes[0].kind_name(), "kgrouped");
+  EXPECT_EQ(shapes[0].describe(), "kgrouped G=4 M=4096 N=7168 K=8192");
+  EXPECT_EQ(shapes[0].m_step(), 8);
+  EXPECT_EQ(ft::shape_of_kind("wgrad").m_step(), 1);
+  // The heuristic sees M rows per expert, the tokens expected per expert, 1x128 SB and an fp32 D added into, and
+  // MN-major SA whatever is asked (the kind takes no other layout).
+  for (bool k_major : {false, true}) {
+    const Problem p = ft::problem_of(shapes[0], k_major);
+    EXPECT_EQ(p.kind, GemmKind::kGroupedK);
+    EXPECT_EQ(p.m, 4096);
+    EXPECT_EQ(p.n, 7168);
+    EXPECT_EQ(p.k, 8192);
+    EXPECT_EQ(p.num_groups, 4);
+    EXPECT_FALSE(p.sa_k_major);
+    EXPECT_TRUE(p.sb_per_row);
+    EXPECT_EQ(p.d_dtype, DType::kFloat32);
+    EXPECT_TRUE(p.accumulate);
+    EXPECT_TRUE(p.c_is_d);
+    std::string reason;
+    EXPECT_TRUE(finegemm::is_supported(p, &reason)) << reason;
+  }
+  // M not a multiple of 8 (SA's and D's 16-byte strides) and an expected K not a multiple of 128 are set aside.
+  std::vector<ft::ProblemShape> all = shapes;
+  const std::vector<ft::UnsupportedShape> removed = ft::remove_unsupported(all, false);
+  ASSERT_EQ(all.size(), 1u);
+  ASSERT_EQ(removed.size(), 2u);
+  EXPECT_NE(removed[0].reason.find("M must be a positive multiple of 8"), std::string::npos) << removed[0].reason;
+  EXPECT_NE(removed[1].reason.find("multiple of 128"), std::string::npos) << removed[1].reason;
+  // DeepGEMM's SM90 K-grouped cases: 32768 tokens over 4, 8 or 16 experts, D[g] 4096x7168 or 7168x2048; all fit.
+  std::vector<ft::ProblemShape> file =
+      ft::read_shape_file(std::string(FINEGEMM_SOURCE_DIR) + "/data/shapes/deepseek_v3_kgrouped.csv");
+  ASSERT_EQ(file.size(), 6u);
+  for (const ft::ProblemShape& s : file) {
+    EXPECT_EQ(s.kind, GemmKind::kGroupedK) << s.describe();
+    EXPECT_EQ(int64_t(s.groups) * s.k, 32768) << s.describe();
+    EXPECT_TRUE((s.m == 4096 && s.n == 7168) || (s.m == 7168 && s.n == 2048)) << s.describe();
+  }
+  EXPECT_TRUE(ft::remove_unsupported(file, false).empty());
+  EXPECT_TRUE(ft::remove_unsupported(file, true).empty());
+  EXPECT_EQ(file.size(), 6u);
+}
+
+TEST(Shapes, KGroupedExpertsDrawTheirTokensAroundKSomeWithoutAny) {
+  ft::ProblemShape s = ft::shape_of_kind("kgrouped");
+  s.groups = 16;
+  s.m = 4096;
+  s.n = 7168;
+  s.k = 2048;
+  // The shape and the seed alone decide the draw.
+  const std::vector<int64_t> first = ft::draw_expert_ks(s, 7);
+  EXPECT_EQ(ft::draw_expert_ks(s, 7), first);
+  EXPECT_NE(ft::draw_expert_ks(s, 8), first);
+  // Each K a multiple of 128 in [k/2, 3k/2 rounded up], or 0; in every draw at least one expert without tokens and
+  // one with; about one expert in eight empty, the others k tokens on average.
+  int64_t experts = 0, empty = 0, tokens = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const std::vector<int64_t> ks = ft::draw_expert_ks(s, seed);
+    ASSERT_EQ(ks.size(), 16u);
+    const int64_t without = std::count(ks.begin(), ks.end(), 0);
+    EXPECT_GE(without, 1) << "seed " << seed;
+    EXPECT_LT(without, 16) << "seed " << seed;
+    for (int64_t k : ks) {
+      EXPECT_EQ(k % 128, 0) << k;
+      if (k == 0) continue;
+      EXPECT_GE(k, s.k / 2) << k;
+      EXPECT_LE(k, (s.k + s.k / 2 + 127) / 128 * 128) << k;
+      tokens += k;
+    }
+    experts += 16;
+    empty += without;
+  }
+  const double empty_share = double(empty) / double(experts), mean = double(tokens) / double(experts - empty);
+  EXPECT_GT(empty_share, 0.09);
+  EXPECT_LT(empty_share, 0.18);
+  EXPECT_GT(mean, 0.95 * double(s.k));
+  EXPECT_LT(mean, 1.10 * double(s.k));
+  // Two experts: always one with tokens and one without. One expert: always tokens, at least one block of 128.
+  ft::ProblemShape two = s, one = s;
+  two.groups = 2;
+  one.groups = 1;
+  one.k = 1;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    const std::vector<int64_t> ks = ft::draw_expert_ks(two, seed);
+    ASSERT_EQ(ks.size(), 2u);
+    EXPECT_EQ(std::count(ks.begin(), ks.end(), 0), 1) << "seed " << seed;
+    EXPECT_EQ(ft::draw_expert_ks(one, seed), std::vector<int64_t>{128}) << "seed " << seed;
+  }
 }
 
 TEST(Shapes, MalformedLinesAreRejectedWithTheirLineNumber) {
@@ -501,9 +697,15 @@ TEST(Shapes, MalformedLinesAreRejectedWithTheirLineNumber) {
   } cases[] = {
       {"kind,groups,m,n,k\nnormal,1,64,576\n", "f.csv:2: expected kind,groups,m,n,k"},
       {"kind,groups,m,n,k\n# note\ndense,1,64,576,256\n",
-       "f.csv:3: kind must be normal, contiguous, masked, psum or wgrad"},
+       "f.csv:3: kind must be normal, contiguous, masked, psum, wgrad or kgrouped"},
       {"wgrad,4,7168,4096,16384\n", "f.csv:1: wgrad GEMMs have groups=1"},
-      {"Wgrad,1,7168,4096,16384\n", "f.csv:1: kind must be normal, contiguous, masked, psum or wgrad, got 'Wgrad'"},
+      {"Wgrad,1,7168,4096,16384\n",
+       "f.csv:1: kind must be normal, contiguous, masked, psum, wgrad or kgrouped, got 'Wgrad'"},
+      {"k-grouped,4,4096,7168,8192\n",
+       "f.csv:1: kind must be normal, contiguous, masked, psum, wgrad or kgrouped, got 'k-grouped'"},
+      {"kgrouped,0,4096,7168,8192\n", "f.csv:1: groups must be in 1..65536"},
+      {"kgrouped,4,4096,7168,0\n", "f.csv:1: sizes out of range"},
+      {"kgrouped,4,4096,7168\n", "f.csv:1: expected kind,groups,m,n,k"},
       {"normal,1,-64,576,256\n", "f.csv:1: expected a non-negative integer, got '-64'"},
       {"masked,0,64,576,256\n", "f.csv:1: groups must be in 1..65536"},
       {"normal,2,64,576,256\n", "f.csv:1: normal GEMMs have groups=1"},

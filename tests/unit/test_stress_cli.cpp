@@ -77,9 +77,11 @@ TEST(StressCli, BadOptionsAreRejectedWithTheirName) {
       {"--devices 0,", "--devices takes 'all' or a comma list of distinct integers in 0..1023, got '0,'"},
       {"--device-order round-robin", "--device-order takes one of alternate, random, got 'round-robin'"},
       {"--kinds normal,dense", "--kinds takes a comma list of distinct words from normal, contiguous, masked, psum, "
-                               "wgrad, got 'normal,dense'"},
+                               "wgrad, kgrouped, got 'normal,dense'"},
       {"--kinds wgrad,wgrad", "--kinds takes a comma list of distinct words from normal, contiguous, masked, psum, "
-                              "wgrad, got 'wgrad,wgrad'"},
+                              "wgrad, kgrouped, got 'wgrad,wgrad'"},
+      {"--kinds kgrouped,wgrad,kgrouped", "--kinds takes a comma list of distinct words from normal, contiguous, "
+                                          "masked, psum, wgrad, kgrouped, got 'kgrouped,wgrad,kgrouped'"},
       {"--max-m 0", "--max-m takes an integer in 1..65536, got '0'"},
       {"--fresh-percent 101", "--fresh-percent takes an integer in 0..100, got '101'"},
       {"--hang-seconds 0", "--hang-seconds takes a number in (0, 86400], got '0'"},

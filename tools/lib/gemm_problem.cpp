@@ -40,8 +40,7 @@ void parallel_rows(int64_t rows, const Fn& fn) {
 }
 
 /// Root mean square of each dequantized row of fp8 `codes` [rows, k] with 1x128 scales [rows, KB] (row-major).
-std::vector<double> row_rms(const std::vector<uint8_t>& codes, const std::vector<float>& scales, int64_t rows,
-                            int64_t k) {
+std::vector<double> row_rms(const uint8_t* codes, const float* scales, int64_t rows, int64_t k) {
   const float* table = reference::e4m3_decode_table();
   const int64_t kb = (k + 127) / 128;
   std::vector<double> rms(size_t(rows), 0.0);
@@ -51,10 +50,10 @@ std::vector<double> row_rms(const std::vector<uint8_t>& codes, const std::vector
       for (int64_t blk = 0; blk < kb; ++blk) {
         double block = 0;
         for (int64_t i = blk * 128; i < std::min(k, blk * 128 + 128); ++i) {
-          const double v = table[codes[size_t(r * k + i)]];
+          const double v = table[codes[r * k + i]];
           block += v * v;
         }
-        const double scale = scales[size_t(r * kb + blk)];
+        const double scale = scales[r * kb + blk];
         sum += block * scale * scale;
       }
       rms[size_t(r)] = k > 0 ? std::sqrt(sum / double(k)) : 0.0;
@@ -63,11 +62,12 @@ std::vector<double> row_rms(const std::vector<uint8_t>& codes, const std::vector
   return rms;
 }
 
-/// wgrad's C [rows, N]: normal values of about the product's magnitude, element (m, n) scaled by
-/// sqrt(K) * rms(row m of A) * rms(row n of B) (dequantized), so that neither the product nor C dominates the sum.
+/// wgrad's C [rows, N] (kgrouped: one expert's C[g]): normal values of about the product's magnitude, element (m, n)
+/// scaled by sqrt(K) * rms(row m of A) * rms(row n of B) (dequantized), so that neither the product nor C dominates the
+/// sum.
 /// Row m draws from its own generator: the values depend on the seed only.
-std::vector<float> random_c(const std::vector<uint8_t>& a, const std::vector<float>& sa, const std::vector<uint8_t>& b,
-                            const std::vector<float>& sb, int64_t rows, int64_t n, int64_t k, uint64_t seed) {
+std::vector<float> random_c(const uint8_t* a, const float* sa, const uint8_t* b, const float* sb, int64_t rows,
+                            int64_t n, int64_t k, uint64_t seed) {
   const std::vector<double> rms_a = row_rms(a, sa, rows, k), rms_b = row_rms(b, sb, n, k);
   std::vector<float> c(size_t(rows * n));
   const double sqrt_k = std::sqrt(double(k));
@@ -85,9 +85,13 @@ std::vector<float> random_c(const std::vector<uint8_t>& a, const std::vector<flo
 }  // namespace
 
 GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& options)
-    : shape_(shape), c_aliases_d_(options.c_aliases_d) {
+    : shape_(shape), c_aliases_d_(options.c_aliases_d), accumulate_(options.accumulate) {
   if (shape.wgrad && (shape.kind != GemmKind::kNormal || shape.groups != 1))
     throw std::invalid_argument("a wgrad problem is dense: kind normal, one group, got " + shape.describe());
+  if (shape.kind == GemmKind::kGroupedK) {
+    init_k_grouped(options);
+    return;
+  }
   std::mt19937_64 rng(options.seed * 0x9E3779B97F4A7C15ull + 17);
   const int g = shape.groups;
   if (shape.kind == GemmKind::kNormal) {
@@ -178,7 +182,8 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
     sb.upload(sb_mn.data(), sb_mn.size() * 4);
     sb_k_major = DeviceBuffer(host_sb.size() * 4);
     sb_k_major.upload(host_sb.data(), host_sb.size() * 4);
-    host_c = random_c(host_a, host_sa, host_b, host_sb, rows_, shape.n, shape.k, options.seed * 4 + 2);
+    host_c = random_c(host_a.data(), host_sa.data(), host_b.data(), host_sb.data(), rows_, shape.n, shape.k,
+                      options.seed * 4 + 2);
     if (!c_aliases_d_) {
       c = DeviceBuffer(std::max<size_t>(host_c.size() * 4, 16));
       if (!host_c.empty()) c.upload(host_c.data(), host_c.size() * 4);
@@ -193,10 +198,104 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
   }
 }
 
+void GemmProblem::init_k_grouped(const ProblemOptions& options) {
+  const int g = shape_.groups;
+  const int64_t m = shape_.m, n = shape_.n;
+  ks_ = options.expert_ks.empty() ? draw_expert_ks(shape_, options.seed) : options.expert_ks;
+  if (int(ks_.size()) != g) throw std::invalid_argument("expert_ks needs one entry per expert");
+  for (int64_t k : ks_) {
+    if (k < 0 || k % 128 != 0)
+      throw std::invalid_argument("every expert's K must be a multiple of 128 (or 0), got " + std::to_string(k));
+    sum_k_ += k;
+  }
+  rows_ = int64_t(g) * m;
+  layout_.assign(ks_.begin(), ks_.end());
+  refresh_row_groups();
+
+  // Expert by expert, back to back: A_g [M, K_g], B_g [N, K_g], SA_g [M, KB_g], SB_g [N, KB_g].
+  const int64_t sum_kb = sum_k_ / 128;
+  host_a.resize(size_t(m * sum_k_));
+  host_b.resize(size_t(n * sum_k_));
+  host_sa.resize(size_t(m * sum_kb));
+  host_sb.resize(size_t(n * sum_kb));
+  if (options.data == DataKind::kNormal) {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    int64_t k0 = 0;
+    for (int e = 0; e < g; ++e) {
+      const int64_t k = ks_[size_t(e)];
+      if (k == 0) continue;
+      reference::fill_quantized_normal_fp8(codes, scales, m, k, 1, options.seed * 4 + 0 + uint64_t(e) * 0x10000);
+      std::copy(codes.begin(), codes.end(), host_a.begin() + m * k0);
+      std::copy(scales.begin(), scales.end(), host_sa.begin() + m * k0 / 128);
+      reference::fill_quantized_normal_fp8(codes, scales, n, k, 1, options.seed * 4 + 1 + uint64_t(e) * 0x10000);
+      std::copy(codes.begin(), codes.end(), host_b.begin() + n * k0);
+      std::copy(scales.begin(), scales.end(), host_sb.begin() + n * k0 / 128);
+      k0 += k;
+    }
+  } else {
+    reference::fill_random_fp8(host_a, options.seed * 4 + 0);
+    reference::fill_random_fp8(host_b, options.seed * 4 + 1);
+    reference::fill_random_scales(host_sa, options.seed * 4 + 2, options.scale_lo_exp, options.scale_hi_exp);
+    reference::fill_random_scales(host_sb, options.seed * 4 + 3, options.scale_lo_exp, options.scale_hi_exp);
+  }
+  // The kernel's scales: [sum KB][M] and [sum KB][N], each expert's K blocks after the previous expert's.
+  std::vector<float> sa_mn(host_sa.size()), sb_mn(host_sb.size());
+  int64_t kb0 = 0;
+  for (int64_t k : ks_) {
+    const int64_t kb = k / 128;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < kb; ++j) sa_mn[size_t((kb0 + j) * m + r)] = host_sa[size_t(m * kb0 + r * kb + j)];
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < kb; ++j) sb_mn[size_t((kb0 + j) * n + r)] = host_sb[size_t(n * kb0 + r * kb + j)];
+    kb0 += kb;
+  }
+  // C [G, M, N]: of the product's magnitude for an expert with tokens, standard normal values for one without (which
+  // the call must leave as they are).
+  if (accumulate_) {
+    host_c.resize(size_t(rows_ * n));
+    int64_t k0 = 0;
+    for (int e = 0; e < g; ++e) {
+      const int64_t k = ks_[size_t(e)];
+      const uint64_t seed = options.seed * 4 + 2 + uint64_t(e) * 0x10000;
+      std::vector<float> part(size_t(m * n));
+      if (k > 0) {
+        part = random_c(host_a.data() + m * k0, host_sa.data() + m * k0 / 128, host_b.data() + n * k0,
+                        host_sb.data() + n * k0 / 128, m, n, k, seed);
+      } else {
+        reference::fill_random_normal(part, seed);
+      }
+      std::copy(part.begin(), part.end(), host_c.begin() + int64_t(e) * m * n);
+      k0 += k;
+    }
+  }
+
+  a = DeviceBuffer(std::max<size_t>(host_a.size(), 16));
+  b = DeviceBuffer(std::max<size_t>(host_b.size(), 16));
+  sa_k_major = DeviceBuffer(std::max<size_t>(host_sa.size() * 4, 16));
+  sb_k_major = DeviceBuffer(std::max<size_t>(host_sb.size() * 4, 16));
+  sa_mn_major = DeviceBuffer(std::max<size_t>(sa_mn.size() * 4, 16));
+  sb = DeviceBuffer(std::max<size_t>(sb_mn.size() * 4, 16));
+  if (sum_k_ > 0) {
+    a.upload(host_a);
+    b.upload(host_b);
+    sa_k_major.upload(host_sa);
+    sb_k_major.upload(host_sb);
+    sa_mn_major.upload(sa_mn);
+    sb.upload(sb_mn);
+  }
+  d = DeviceBuffer(std::max<size_t>(size_t(rows_ * n * 4), 16));
+  layout_buffer = DeviceBuffer(layout_.size() * 4);
+  layout_buffer.upload(layout_);
+  workspace = DeviceBuffer(size_t(k_grouped_workspace_bytes()));
+}
+
 void GemmProblem::refresh_row_groups() {
   row_group_.assign(size_t(rows_), -1);
   if (shape_.kind == GemmKind::kNormal) {
     std::fill(row_group_.begin(), row_group_.end(), 0);
+  } else if (shape_.kind == GemmKind::kGroupedK) {
+    for (int64_t r = 0; r < rows_; ++r) row_group_[size_t(r)] = int(r / shape_.m);
   } else if (shape_.kind == GemmKind::kGroupedContiguous) {
     for (int64_t r = 0; r < rows_; ++r) row_group_[size_t(r)] = layout_[size_t(r)] >= 0 && layout_[size_t(r)] < shape_.groups ? layout_[size_t(r)] : -1;
   } else if (shape_.kind == GemmKind::kGroupedContiguousPsum) {
@@ -235,6 +334,18 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
                                           view(layout_buffer, DType::kInt32, {g}), std::max(expected, 1), s);
     return;
   }
+  if (shape_.kind == GemmKind::kGroupedK) {
+    // SA and SB are MN-major whatever `k_major` asks (the kind takes no other layout).
+    const int64_t g = shape_.groups, m = shape_.m, sum_kb = sum_k_ / 128;
+    k_grouped_gemm_fp8_fp8_f32_nt(
+        view(a, DType::kFloat8E4M3, {m * sum_k_}),
+        TensorView::strided(sa_mn_major.get(), DType::kFloat32, {m, sum_kb}, {1, m}),
+        view(b, DType::kFloat8E4M3, {n * sum_k_}),
+        TensorView::strided(sb.get(), DType::kFloat32, {n, sum_kb}, {1, n}), view(d, DType::kFloat32, {g, m, n}), ks_,
+        view(layout_buffer, DType::kInt32, {g}), accumulate_,
+        view(workspace, DType::kInt32, {int64_t(workspace.size() / 4)}), s);
+    return;
+  }
   const TensorView va = view(a, DType::kFloat8E4M3, {rows_, k});
   const TensorView vsa = k_major ? view(sa_k_major, DType::kFloat32, {rows_, kb_})
                                  : TensorView::strided(sa_mn_major.get(), DType::kFloat32, {rows_, kb_}, {1, m_pad_});
@@ -265,9 +376,9 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
 void GemmProblem::poison_output(cudaStream_t stream) {
   const size_t count = size_t(rows_ * shape_.n);
   if (count == 0) return;
-  if (shape_.wgrad) {
+  if (f32_output()) {
     static_assert(kPoisonF32 == 0xFFFFFFFFu, "a byte pattern, for cudaMemsetAsync");
-    if (c_aliases_d_) {
+    if (d_holds_c()) {
       FG_CUDA_CHECK(cudaMemcpyAsync(d.get(), host_c.data(), count * 4, cudaMemcpyHostToDevice, stream));
     } else {
       FG_CUDA_CHECK(cudaMemsetAsync(d.get(), 0xFF, count * 4, stream));
@@ -281,20 +392,22 @@ void GemmProblem::poison_output(cudaStream_t stream) {
 }
 
 std::vector<uint16_t> GemmProblem::download_output() const {
-  if (shape_.wgrad) throw std::logic_error("download_output: a wgrad D is fp32 (download_output_f32)");
+  if (f32_output()) throw std::logic_error("download_output: a wgrad or kgrouped D is fp32 (download_output_f32)");
   std::vector<uint16_t> out(size_t(rows_ * shape_.n));
   if (!out.empty()) d.download(out.data(), out.size() * 2);
   return out;
 }
 
 std::vector<float> GemmProblem::download_output_f32() const {
-  if (!shape_.wgrad) throw std::logic_error("download_output_f32: only a wgrad D is fp32 (download_output)");
+  if (!f32_output())
+    throw std::logic_error("download_output_f32: only a wgrad or kgrouped D is fp32 (download_output)");
   std::vector<float> out(size_t(rows_ * shape_.n));
   if (!out.empty()) d.download(out.data(), out.size() * 4);
   return out;
 }
 
 void GemmProblem::set_layout(const std::vector<int32_t>& values, cudaStream_t stream) {
+  if (k_grouped()) throw std::logic_error("set_layout: a kgrouped problem's operands are laid out for its K_g");
   layout_ = values;
   if (shape_.kind == GemmKind::kGroupedMasked) masked_m_.assign(values.begin(), values.end());
   FG_CUDA_CHECK(cudaMemcpyAsync(layout_buffer.get(), layout_.data(), layout_.size() * 4, cudaMemcpyHostToDevice, stream));
@@ -303,6 +416,13 @@ void GemmProblem::set_layout(const std::vector<int32_t>& values, cudaStream_t st
 }
 
 double GemmProblem::min_bytes() const {
+  if (k_grouped()) {
+    // Every token's row of A and B once (fp8) with its scales, and D as min_write_bytes counts it, C read with it.
+    const double tokens = double(sum_k_), sum_kb = double(sum_k_ / 128);
+    const double c_bytes = accumulate_ ? min_write_bytes() : 0.0;
+    return tokens * double(shape_.m + shape_.n) + 4.0 * sum_kb * double(shape_.m + shape_.n) + min_write_bytes() +
+           c_bytes;
+  }
   const double rows = double(valid_rows());
   int used_groups = 1;
   if (shape_.kind != GemmKind::kNormal) {
@@ -317,6 +437,21 @@ double GemmProblem::min_bytes() const {
   const double sb_bytes = shape_.wgrad ? 4.0 * double(shape_.n) * kb_ : 4.0 * used_groups * nb_ * kb_;
   return rows * double(shape_.k) + double(used_groups) * double(shape_.n * shape_.k) +
          out_bytes * rows * double(shape_.n) + 4.0 * rows * kb_ + sb_bytes;
+}
+
+double GemmProblem::min_write_bytes() const {
+  if (k_grouped()) {
+    // With accumulation only the experts with tokens change; without, the call writes every D[g] (zeros first).
+    const int64_t written = accumulate_ ? std::count_if(ks_.begin(), ks_.end(), [](int64_t k) { return k > 0; })
+                                        : int64_t(shape_.groups);
+    return 4.0 * double(written) * double(shape_.m) * double(shape_.n);
+  }
+  return double(output_bytes()) * double(valid_rows()) * double(shape_.n);
+}
+
+double GemmProblem::flops() const {
+  if (k_grouped()) return 2.0 * double(shape_.m) * double(shape_.n) * double(sum_k_);
+  return 2.0 * double(valid_rows()) * double(shape_.n) * double(shape_.k);
 }
 
 namespace {
@@ -377,6 +512,22 @@ Reference gpu_reference(const GemmProblem& problem) {
   const ProblemShape& shape = problem.shape();
   const int64_t rows = problem.rows(), n = shape.n, k = shape.k, kb = problem.kb(), nb = problem.nb();
   ReferenceBuffers buffers(rows, n);
+  if (problem.k_grouped()) {
+    // Expert by expert: A_g, SA_g, B_g and SB_g are [M, K_g], [M, KB_g], [N, K_g], [N, KB_g] row-major.
+    const int64_t m = shape.m;
+    int64_t k0 = 0;
+    for (int e = 0; e < shape.groups; ++e) {
+      const int64_t k_g = problem.expert_ks()[size_t(e)];
+      if (k_g > 0)
+        buffers.launch(int64_t(e) * m, m, problem.a.as<uint8_t>() + m * k0,
+                       problem.sa_k_major.as<float>() + m * k0 / 128, k_g / 128, problem.b.as<uint8_t>() + n * k0,
+                       problem.sb_k_major.as<float>() + n * k0 / 128, 1, k_g);
+      k0 += k_g;
+    }
+    Reference ref = buffers.download();
+    if (problem.accumulate()) reference::add_c_to_reference(ref.value, problem.host_c.data(), n, rows, n);
+    return ref;
+  }
   if (shape.wgrad) {
     if (rows > 0)
       buffers.launch(0, rows, problem.a.as<uint8_t>(), problem.sa_k_major.as<float>(), kb, problem.b.as<uint8_t>(),
@@ -400,6 +551,36 @@ Reference gpu_reference(const GemmProblem& problem) {
   return buffers.download();
 }
 
+Reference cpu_reference(const GemmProblem& problem) {
+  if (!problem.k_grouped())
+    throw std::invalid_argument("cpu_reference: for kgrouped problems (the other kinds take gpu_reference), got " +
+                                problem.shape().describe());
+  return k_grouped_reference(problem.host_a.data(), problem.host_sa.data(), problem.host_b.data(),
+                             problem.host_sb.data(), problem.accumulate() ? problem.host_c.data() : nullptr,
+                             problem.expert_ks(), problem.shape().m, problem.shape().n);
+}
+
+Reference k_grouped_reference(const uint8_t* a, const float* sa, const uint8_t* b, const float* sb, const float* c,
+                              const std::vector<int64_t>& ks, int64_t m, int64_t n) {
+  Reference ref;
+  ref.value.assign(ks.size() * size_t(m * n), 0.0);
+  ref.abs_sum.assign(ref.value.size(), 0.0);
+  int64_t k0 = 0;
+  for (size_t e = 0; e < ks.size(); ++e) {
+    const int64_t k = ks[e], offset = int64_t(e) * m * n;
+    std::vector<double> value(size_t(m * n), 0.0), abs_sum;
+    if (k > 0) {
+      value = reference::gemm_nt_reference_sb_per_row(a + m * k0, sa + m * k0 / 128, b + n * k0, sb + n * k0 / 128,
+                                                      m, n, k, &abs_sum);
+      std::copy(abs_sum.begin(), abs_sum.end(), ref.abs_sum.begin() + offset);
+    }
+    if (c != nullptr) reference::add_c_to_reference(value, c + offset, n, m, n);
+    std::copy(value.begin(), value.end(), ref.value.begin() + offset);
+    k0 += k;
+  }
+  return ref;
+}
+
 Reference gpu_reference_dense(const void* a, const float* sa, int64_t ld_sa, const void* b, const float* sb, int64_t m,
                               int64_t n, int64_t k) {
   ReferenceBuffers buffers(m, n);
@@ -412,7 +593,7 @@ Reference gpu_reference_dense(const void* a, const float* sa, int64_t ld_sa, con
 Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<uint16_t>& out,
                      double max_diff, double accum_tolerance) {
   const int64_t rows = problem.rows(), n = problem.shape().n;
-  if (problem.wgrad()) throw std::invalid_argument("check_output: a wgrad D is fp32");
+  if (problem.f32_output()) throw std::invalid_argument("check_output: a wgrad or kgrouped D is fp32");
   Verdict v;
   v.ok = true;
   std::ostringstream os;
@@ -465,15 +646,58 @@ Verdict verdict_of(const reference::CheckResult& c) {
 Verdict check_output(const GemmProblem& problem, const Reference& ref, const std::vector<float>& out,
                      double max_diff, double accum_tolerance) {
   const int64_t rows = problem.rows(), n = problem.shape().n;
-  if (!problem.wgrad()) throw std::invalid_argument("check_output: fp32 outputs are wgrad's");
+  if (!problem.f32_output()) throw std::invalid_argument("check_output: fp32 outputs are wgrad's and kgrouped's");
   if (out.size() != size_t(rows * n) || ref.value.size() != size_t(rows * n))
     throw std::invalid_argument("check_output: D and its reference must hold M x N elements");
+  if (problem.k_grouped())
+    return check_k_grouped_output(out, ref, problem.expert_ks(), problem.shape().m, n, max_diff, accum_tolerance);
   return verdict_of(reference::check_f32_output(out.data(), n, ref.value.data(), ref.abs_sum.data(), rows, n,
                                                 max_diff, accum_tolerance));
 }
 
+Verdict check_k_grouped_output(const std::vector<float>& out, const Reference& ref, const std::vector<int64_t>& ks,
+                               int64_t m, int64_t n, double max_diff, double accum_tolerance) {
+  const size_t size = ks.size() * size_t(m * n);
+  if (out.size() != size || ref.value.size() != size || ref.abs_sum.size() != size)
+    throw std::invalid_argument("check_k_grouped_output: D and its reference must hold G x M x N elements");
+  Verdict v;
+  v.ok = true;
+  std::ostringstream os;
+  for (size_t e = 0; e < ks.size(); ++e) {
+    const int64_t offset = int64_t(e) * m * n;
+    if (ks[e] == 0) {
+      int64_t changed = 0;
+      for (int64_t i = offset; i < offset + m * n; ++i) changed += !(out[size_t(i)] == float(ref.value[size_t(i)]));
+      const std::vector<double> got(out.begin() + offset, out.begin() + offset + m * n);
+      const double diff = reference::diff_metric(ref.value.data() + offset, got.data(), m * n);
+      v.worst_diff = std::max(v.worst_diff, std::isnan(diff) ? 1.0 : diff);
+      v.bad_elements += changed;
+      if (changed > 0) {
+        v.ok = false;
+        if (os.tellp() < 2000)
+          os << "expert " << e << " (no tokens): " << changed
+             << " elements of D[g] differ from C (zero without accumulation), which it must hold\n";
+      }
+      continue;
+    }
+    const reference::CheckResult c =
+        reference::check_f32_output(out.data() + offset, n, ref.value.data() + offset, ref.abs_sum.data() + offset, m,
+                                    n, max_diff, accum_tolerance);
+    v.worst_diff = std::max(v.worst_diff, std::isnan(c.diff) ? 1.0 : c.diff);
+    v.bad_elements += c.num_bad;
+    if (!c.ok) {
+      v.ok = false;
+      if (os.tellp() < 2000) os << "expert " << e << " (K=" << ks[e] << "): " << c.summary() << "\n";
+    }
+  }
+  std::ostringstream head;
+  head << (v.ok ? "ok" : "FAIL") << " diff=" << v.worst_diff << " bad=" << v.bad_elements;
+  v.summary = head.str() + (os.str().empty() ? "" : "\n" + os.str());
+  return v;
+}
+
 Verdict check_download(const GemmProblem& problem, const Reference& ref) {
-  return problem.wgrad() ? check_output(problem, ref, problem.download_output_f32())
+  return problem.f32_output() ? check_output(problem, ref, problem.download_output_f32())
                          : check_output(problem, ref, problem.download_output());
 }
 

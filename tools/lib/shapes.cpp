@@ -39,7 +39,8 @@ int64_t parse_int(const std::string& s, const std::string& where) {
 ProblemShape parse_kind(const std::string& s, const std::string& where) {
   const std::vector<std::string>& names = shape_kind_names();
   if (std::find(names.begin(), names.end(), s) == names.end())
-    throw std::runtime_error(where + ": kind must be normal, contiguous, masked, psum or wgrad, got '" + s + "'");
+    throw std::runtime_error(where + ": kind must be normal, contiguous, masked, psum, wgrad or kgrouped, got '" + s +
+                             "'");
   return shape_of_kind(s);
 }
 
@@ -106,12 +107,17 @@ Problem problem_of(const ProblemShape& shape, bool sa_k_major) {
   p.k = shape.k;
   p.num_groups = shape.groups;
   p.sa_k_major = sa_k_major;
-  if (shape.wgrad) {
+  if (shape.wgrad || shape.kind == GemmKind::kGroupedK) {
     p.sb_per_row = true;
     p.d_dtype = DType::kFloat32;
     p.accumulate = true;
   }
-  if (shape.kind == GemmKind::kGroupedContiguous) {
+  if (shape.kind == GemmKind::kGroupedK) {
+    // The call's SA is MN-major whatever the tools are asked for (the kind takes no other); it adds into D whether
+    // or not it accumulates (without, D is zeroed first), and its heuristic sees M and the expected K per expert.
+    p.sa_k_major = false;
+    p.m = shape.m;
+  } else if (shape.kind == GemmKind::kGroupedContiguous) {
     p.m = std::max<int64_t>(1, shape.m) * shape.groups;  // M_sum the heuristic sees (expected)
   } else {
     p.m = std::max<int64_t>(1, shape.m);  // normal: M; masked, psum: rows per group

@@ -9,16 +9,17 @@
 
 namespace finegemm::tools {
 
-/// Reads a CSV with header `kind,groups,m,n,k[,note]` (kind: normal | contiguous | masked | psum | wgrad; m: rows per
-/// expert for contiguous and psum, M_max for masked; normal and wgrad have groups 1). Throws with the line number on
-/// malformed input.
+/// Reads a CSV with header `kind,groups,m,n,k[,note]` (kind: normal | contiguous | masked | psum | wgrad | kgrouped;
+/// m: rows per expert for contiguous and psum, M_max for masked, the rows of each expert's D for kgrouped, whose k is
+/// the tokens expected per expert; normal and wgrad have groups 1). Throws with the line number on malformed input.
 std::vector<ProblemShape> read_shape_file(const std::string& path);
 std::vector<ProblemShape> parse_shapes(const std::string& text, const std::string& origin);
 
 /// Finds a data file shipped in the repository (data/...), searching the source dir, the executable's dir and cwd.
 std::string find_data_file(const std::string& relative);
 
-/// The Problem the heuristic sees for `shape` with `sa_k_major` (wgrad: 1x128 SB, fp32 D, accumulation).
+/// The Problem the heuristic sees for `shape` with `sa_k_major` (wgrad: 1x128 SB, fp32 D, accumulation; kgrouped: the
+/// same with MN-major SA, the only layout it takes, M rows per expert and the expected K per expert).
 Problem problem_of(const ProblemShape& shape, bool sa_k_major);
 
 /// A shape no kernel configuration fits (`finegemm::is_supported` is false), with the reason it gives.
