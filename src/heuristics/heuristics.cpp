@@ -320,7 +320,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
         } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
           cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
-        } else if (block_m == 128 && rows <= 64) {
+        } else if (block_m == 128 && rows <= 64 && p.kind != GemmKind::kGroupedK) {
+          // (The K-grouped kernel runs 128-row tiles only; with M <= 64 its second warpgroup's rows are not stored.)
           cand.rejected = "M fits one 64-row warpgroup";
         } else if (block_m == 256 && rows <= 128 && !forced_256) {
           cand.rejected = "M fits 128 rows";

@@ -545,3 +545,21 @@ TEST(Heuristics, WgradFieldsAreForDenseGemmsOnly) {
   q.sb_per_row = true;
   EXPECT_TRUE(finegemm::is_supported(q, &reason)) << reason;
 }
+
+// The K-grouped kernel runs 128-row tiles only: M of at most 64 rows still gets one (no "M fits one warpgroup").
+TEST(Heuristics, KGroupedRunsEveryMultipleOfEightRows) {
+  for (int64_t m : {8, 64, 72, 4096}) {
+    Problem q;
+    q.kind = GemmKind::kGroupedK;
+    q.num_groups = 4;
+    q.m = m;
+    q.n = 2048;
+    q.k = 1024;
+    q.sb_per_row = true;
+    q.d_dtype = finegemm::DType::kFloat32;
+    q.accumulate = true;
+    q.c_is_d = true;
+    const auto c = fh::select_config(q, 132);
+    EXPECT_EQ(c.block_m, 128) << m;
+  }
+}
