@@ -58,7 +58,13 @@ constexpr double kNarrowSlabStoreFactor = 1.43;
 // The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS), with a block
 // holding two experts run as wide tiles: 1228 vs 1255 (G=4) and 1200 vs 1224 (G=8), and with equal experts (no such
 // block) 1243 vs 1270 and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4).
+// The same holds for the masked and psum layouts where a group spans several 256-row blocks; groups of at most 256 rows
+// keep the 256-row tiles (one tile per group and n-block), whatever K. Measured on an H200 with DeepGEMM's masked
+// cases (kernel us; 6 groups of 0.7-1.3x 1024 rows, 32 groups of 0.7-1.3x 192): 6 groups, masked 7168x3072 201.4 at
+// 256x128 against 187.2 at 128x192 (the same tokens as psum), 4096x4096 169.3 against 154.2, 4096x2048 102.9 against
+// 101.1; 32 groups, psum 7168x3072 293.6 at 256x128 against 304.6 at 128x192, 4096x2048 120.5 against 125.4.
 constexpr int64_t kBlockM256MinKContiguous = 4096;
+constexpr int64_t kBlockM256MaxGroupRowsAnyK = 256;
 // Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
 // split tiles won where the unsplit ones were 16 columns wide (64x2112x7168 12.2 vs 13.3, 1x2112x7168 16.7 vs
 // 18.8, 129x576x7168 11.2 vs 12.8) and lost with 64-column or 128-row ones (64x4096x7168 BN=64 19.0 vs 16.9,
@@ -332,7 +338,12 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
                           "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
                           "saves";
-        } else if (block_m == 256 && contiguous_layout(p) && p.k < kBlockM256MinKContiguous &&
+        } else if (block_m == 256 && p.k < kBlockM256MinKContiguous && !forced_256 &&
+                   (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) &&
+                   p.m > kBlockM256MaxGroupRowsAnyK) {
+          cand.rejected = "BLOCK_M=256 over masked or psum groups of more than 256 rows needs K >= 4096 (128x192 tiles "
+                          "measured faster)";
+        } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
                    !forced_256) {
           cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
                           "slower than 128-row tiles, equal experts or not";
