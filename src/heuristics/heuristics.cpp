@@ -102,12 +102,6 @@ int tiled_groups(const Problem& p) {
              : 1;
 }
 
-/// The contiguous layout's policies (the 256-row tiles' K rule, B's L2 hint) hold for its psum form too: the same
-/// rows and experts, only given by group ends.
-bool contiguous_layout(const Problem& p) {
-  return p.kind == GemmKind::kGroupedContiguous || p.kind == GemmKind::kGroupedContiguousPsum;
-}
-
 /// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
 /// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3; 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2;
 /// 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1, 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 /
