@@ -92,7 +92,7 @@ NB_MODULE(_C, m) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
                                    vm = to_view(m_indices, "m_indices");
-        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, to_stream(stream));
+        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, 128, to_stream(stream));
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
       nb::arg("m_indices"), nb::arg("stream"));
@@ -117,7 +117,7 @@ NB_MODULE(_C, m) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
                                    ve = to_view(group_ends, "group_ends");
-        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, vb, vsb, vd, ve, expected_m,
+        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, vb, vsb, vd, ve, expected_m, 128,
                                                                  to_stream(stream));
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),

@@ -587,10 +587,19 @@ TEST_F(Gpu, PsumBadArgumentsLeaveTheOutputUntouched) {
   const fg::TensorView ends_short = view(p.layout_buffer, fg::DType::kInt32, {3});
   const fg::TensorView ends_float = view(p.layout_buffer, fg::DType::kFloat32, {4});
   const auto st = reinterpret_cast<fg::Stream>(stream_);
-  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_short, 128, st), fg::Error);
-  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_float, 128, st), fg::Error);
-  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(
-                   a, sa, b, sb, d, view(p.layout_buffer, fg::DType::kInt32, {4}), -1, st),
+  const fg::TensorView ends = view(p.layout_buffer, fg::DType::kInt32, {4});
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_short, 128, 128, st),
+               fg::Error);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_float, 128, 128, st),
+               fg::Error);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, -1, 128, st), fg::Error);
+  for (int alignment : {0, 16, 96, 256})
+    EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, 128, alignment, st),
+                 fg::Error)
+        << alignment;
+  // The m_indices layout refuses 32-row alignment (64-row tiles are its smallest).
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, d,
+                                                            view(p.layout_buffer, fg::DType::kInt32, {rows}), 32, st),
                fg::Error);
   FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (uint16_t x : p.download_output()) ASSERT_EQ(x, ft::GemmProblem::kPoison);

@@ -252,13 +252,13 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
     const int64_t g = shape_.groups;
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
                                               view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
-                                              view(layout_buffer, DType::kInt32, {rows_}), s);
+                                              view(layout_buffer, DType::kInt32, {rows_}), kContiguousAlignment, s);
   } else {
     const int64_t g = shape_.groups;
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
                                                    view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
                                                    view(layout_buffer, DType::kInt32, {g}),
-                                                   int(std::max<int64_t>(1, shape_.m)), s);
+                                                   int(std::max<int64_t>(1, shape_.m)), kContiguousAlignment, s);
   }
 }
 
