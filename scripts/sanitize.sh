@@ -8,7 +8,7 @@ set -uo pipefail
 BUILD=${1:-build-device}
 OUT_DIR=${2:-.}
 TESTS="$BUILD/tests/finegemm_gpu_tests"
-FILTER=${FINEGEMM_SANITIZE_FILTER:-Gpu.SanitizerSmallCases}
+FILTER=${FINEGEMM_SANITIZE_FILTER:-Gpu.SanitizerSmallCases:Gpu.SanitizerPsumCases}
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
   log="$OUT_DIR/sanitizer-$tool.log"

@@ -106,32 +106,44 @@ void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView
                      const TensorView& d, const std::optional<TensorView>& c, Stream stream = nullptr);
 
 /// MoE grouped GEMM, contiguous layout. `a`: fp8 [M_sum, K], each expert's rows starting at a multiple of
-/// get_m_alignment_for_contiguous_layout(). `sa`: [M_sum, KB]. `b`: fp8 [G, N, K]. `sb`: [G, NB, KB].
-/// `d`: bf16 [M_sum, N]. `m_indices`: int32 [M_sum] on the device, the expert of each row, -1 for padding rows.
-/// Padding rows of `d` are left untouched. Rows with an expert id outside [-1, G) are treated as padding (skipped,
-/// never read or written out of bounds) and raise the device error flag (see device_error_flags()). The kernel takes
-/// each block of rows (its tile height, 64 to 256; 128-row halves of 256) for the expert of its first row: in a block
-/// whose last row names another expert (a block where an expert ends), a row naming neither that expert nor -1 is
-/// left untouched and raises kDeviceErrorExpertIdInconsistent; in a block whose first and last rows agree, every row
-/// is computed as that expert's (a wrong id strictly inside it is not detected).
+/// `m_alignment` rows: 128 (get_m_alignment_for_contiguous_layout()) or 64, which runs on 64-row tiles only (less
+/// padding for experts with few rows; 32 is refused: the psum layout runs it). `sa`: [M_sum, KB]. `b`: fp8 [G, N, K].
+/// `sb`: [G, NB, KB]. `d`: bf16 [M_sum, N]. `m_indices`: int32 [M_sum] on the device, the expert of each row, -1 for
+/// padding rows. Padding rows of `d` are left untouched. Rows with an expert id outside [-1, G) are treated as padding
+/// (skipped, never read or written out of bounds) and raise the device error flag (see device_error_flags()). The
+/// kernel takes each block of rows (its tile height, 64 to 256; 128-row halves of 256) for the expert of its first
+/// row: in a block whose last row names another expert (a block where an expert ends), a row naming neither that
+/// expert nor -1 is left untouched and raises kDeviceErrorExpertIdInconsistent; in a block whose first and last rows
+/// agree, every row is computed as that expert's (a wrong id strictly inside it is not detected). An expert starting
+/// off the alignment is such an error too.
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
                                                const TensorView& sb, const TensorView& d,
                                                const TensorView& m_indices, Stream stream = nullptr);
+/// The same with experts aligned to `m_alignment` rows (128 or 64).
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                               const TensorView& sb, const TensorView& d,
+                                               const TensorView& m_indices, Stream stream, int m_alignment);
 
 /// MoE grouped GEMM, contiguous layout given by each group's end row ("psum" layout: DeepGEMM's
 /// use_psum_layout=True, as DeepEP v2 and training frameworks write it). `a`, `sa`, `b`, `sb`, `d` as in
-/// m_grouped_gemm_fp8_fp8_bf16_nt_contiguous. `group_ends`: int32 [G] on the device, never read on the host; group g
-/// holds rows [align(end[g-1], 128), end[g]) (end[-1] = 0), so ends never decrease and an empty group's end is its
-/// start. Rows between a group's end and the next group's start, and rows at or past end[G-1], are padding: they cost
-/// nothing (no tile holds them) and their rows of `d` are left untouched. Invalid ends (below the group's start, or
-/// past M_sum for a group with rows) are clamped to the rows that exist, never read or written out of bounds, and
-/// raise kDeviceErrorGroupEndInvalid. `expected_m` (>= 0): a host-side hint of the typical rows per group, used only
-/// to choose the kernel configuration; 0 assumes M_sum / G. Asynchronous and graph-capturable like the others: the
-/// ends may change between CUDA-graph replays.
+/// m_grouped_gemm_fp8_fp8_bf16_nt_contiguous (M_sum < 2^31 - 256). `group_ends`: int32 [G] on the device, never read
+/// on the host; group g holds rows [align(end[g-1], m_alignment), end[g]) (end[-1] = 0), so ends never decrease and an
+/// empty group's end is its start. `m_alignment`: 128, 64 or 32 (the same kernels for each: tiles start at
+/// their group's start). Rows between a group's end and the next group's start, and rows at or past end[G-1], are
+/// padding: they cost nothing (no tile holds them) and their rows of `d` are left untouched. Invalid ends (below the
+/// group's start, or past M_sum for a group with rows) are clamped to the rows that exist, never read or written out
+/// of bounds, and raise kDeviceErrorGroupEndInvalid. `expected_m` (>= 0): a host-side hint of the typical rows per
+/// group, used only to choose the kernel configuration; 0 assumes M_sum / G. Asynchronous and graph-capturable like
+/// the others: the ends may change between CUDA-graph replays.
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
                                                     const TensorView& sb, const TensorView& d,
                                                     const TensorView& group_ends, int expected_m = 0,
                                                     Stream stream = nullptr);
+/// The same with groups aligned to `m_alignment` rows (128, 64 or 32).
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                                    const TensorView& sb, const TensorView& d,
+                                                    const TensorView& group_ends, int expected_m, Stream stream,
+                                                    int m_alignment);
 
 /// MoE grouped GEMM, masked layout (decoding under CUDA graphs). `a`: fp8 [G, M_max, K]. `sa`: [G, M_max, KB]
 /// (MN-major per group: strides {KB*M_pad, 1, M_pad}; or K-major). `b`: [G, N, K]. `sb`: [G, NB, KB].
@@ -174,8 +186,8 @@ enum DeviceErrorFlag : uint32_t {
   /// Contiguous layout: a row of a block where an expert ends held an expert other than the block's and -1: the row
   /// was left untouched.
   kDeviceErrorExpertIdInconsistent = 1u << 2,
-  /// Psum layout: a group's end was below its start (the previous end rounded up to 128) or past M_sum: the group
-  /// kept only the rows that exist between the two (none, or up to M_sum).
+  /// Psum layout: a group's end was below its start (the previous end rounded up to the alignment) or past M_sum: the
+  /// group kept only the rows that exist between the two (none, or up to M_sum).
   kDeviceErrorGroupEndInvalid = 1u << 3,
   /// K-grouped: a K_g of ks_device was negative, not a multiple of 128, or reached past the K extent of A and B: that
   /// expert's D[g] was left as it was.
@@ -189,7 +201,8 @@ void reset_device_error_flags();
 // Queries
 // ----------------------------------------------------------------------------------------------
 
-/// Row alignment of each expert's segment in the contiguous layout (128).
+/// The default row alignment of each expert's segment in the contiguous layouts (128); the contiguous GEMMs also take
+/// 64 (and the psum layout 32) through their `m_alignment` argument.
 int get_m_alignment_for_contiguous_layout();
 /// `x` rounded up so that x * element_size is a multiple of 16 bytes (TMA stride rule).
 int64_t get_tma_aligned_size(int64_t x, int element_size);
@@ -231,6 +244,9 @@ struct Problem {
   DType d_dtype = DType::kBFloat16;  ///< normal: kBFloat16 or kFloat32; K-grouped: kFloat32
   bool accumulate = false; ///< normal: D = C + A x B^T (fp32 D); K-grouped: must be true (C = None zeroes D first)
   bool c_is_d = true;      ///< with accumulate: C is D itself (D += A x B^T), or another tensor
+  /// contiguous, psum: the rows each group's start is a multiple of (128, 64, or 32 for psum only); with m_indices,
+  /// 64 leaves the heuristic 64-row tiles only
+  int m_alignment = 128;
 };
 
 /// Answers "would this call be accepted?" without throwing. On false, `reason` (if given) says what to change.

@@ -9,7 +9,6 @@ and settings below need no PyTorch; the package imports without it, and the tens
 from ._C import (
     cache_dir,
     device_error_flags,
-    get_m_alignment_for_contiguous_layout,
     get_num_sms,
     get_pdl,
     get_tma_aligned_size,
@@ -20,9 +19,13 @@ from ._C import (
 )
 from ._C import version as _version
 
-from ._layout import get_theoretical_mk_alignment_for_contiguous_layout, set_mk_alignment_for_contiguous_layout
+from ._layout import (
+    get_mk_alignment_for_contiguous_layout,
+    get_theoretical_mk_alignment_for_contiguous_layout,
+    set_mk_alignment_for_contiguous_layout,
+)
 
-get_mk_alignment_for_contiguous_layout = get_m_alignment_for_contiguous_layout  # DeepGEMM 2.x's name
+get_m_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout  # the first release's name
 
 __version__ = _version()
 

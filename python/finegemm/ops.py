@@ -10,7 +10,7 @@ the kernel).
 
 import torch
 
-from . import _C
+from . import _C, _layout
 
 from ._names import TENSOR_FUNCTIONS
 
@@ -145,13 +145,15 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices):
 
     Args:
         lhs: ``(lhs, lhs_scales)``: fp8 ``[M_sum, K]`` holding the rows of all experts back to back, each expert's
-            segment starting at a multiple of ``get_m_alignment_for_contiguous_layout()``; scales ``[M_sum, KB]``.
+            segment starting at a multiple of ``get_mk_alignment_for_contiguous_layout()`` (128, or 64 as
+            ``set_mk_alignment_for_contiguous_layout`` sets it: 64-row tiles then; 32 raises ValueError);
+            scales ``[M_sum, KB]``.
         rhs: ``(rhs, rhs_scales)``: fp8 ``[G, N, K]`` and fp32 ``[G, ceil(N/128), KB]``.
         out: bf16 ``[M_sum, N]``; padding rows are left untouched.
         m_indices: int32 ``[M_sum]`` on the GPU: the expert of each row, -1 for padding rows.
     """
     _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"], lhs, rhs,
-          (out, m_indices), ("out", "m_indices"))
+          (out, m_indices), ("out", "m_indices"), _layout._alignment)
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(lhs, rhs, out, group_ends, expected_m=0):
@@ -162,13 +164,14 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(lhs, rhs, out, group_ends, ex
         rhs: ``(rhs, rhs_scales)``: fp8 ``[G, N, K]`` and fp32 ``[G, ceil(N/128), KB]``.
         out: bf16 ``[M_sum, N]``; only the groups' rows are written.
         group_ends: int32 ``[G]`` on the GPU (read by the kernel only, so it may change between CUDA-graph replays):
-            group g holds rows ``[align(end[g-1], 128), end[g])`` (group 0 from row 0); an empty group's end is its
-            start. Invalid ends are clamped to the rows that exist and set a bit of ``device_error_flags()``.
+            group g holds rows ``[align(end[g-1], alignment), end[g])`` (group 0 from row 0), the alignment being
+            ``get_mk_alignment_for_contiguous_layout()`` (128, 64 or 32); an empty group's end is its start. Invalid
+            ends are clamped to the rows that exist and set a bit of ``device_error_flags()``.
         expected_m: a host-side hint of the typical rows per group, used only to choose the kernel configuration
             (0: ``M_sum / G``).
     """
     _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum"],
-          lhs, rhs, (out, group_ends), ("out", "group_ends"), expected_m)
+          lhs, rhs, (out, group_ends), ("out", "group_ends"), expected_m, _layout._alignment)
 
 
 def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m):
@@ -305,11 +308,12 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, r
     ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, b, d, grouped_layout)``.
 
     ``grouped_layout`` is ``m_indices``: int32 ``[M_sum]``, each row's group, -1 for padding rows (left untouched);
-    each group's rows start at a multiple of 128. With ``use_psum_layout=True`` it is int32 ``[G]``, each group's end
-    row, group g holding rows ``[align(end[g-1], 128), end[g])``, as ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum``
-    runs it (on the GPU, no host synchronization, graph-safe); rows outside the groups are left untouched, and
-    ``expected_m_for_psum_layout`` (rows per group, a hint for the kernel configuration) may be given. The arguments
-    ``fp8_fp4_gemm_nt`` refuses raise ValueError.
+    each group's rows start at a multiple of ``get_mk_alignment_for_contiguous_layout()`` (128 or 64; 32 raises
+    ValueError). With ``use_psum_layout=True`` it is int32 ``[G]``, each group's end row, group g holding rows
+    ``[align(end[g-1], alignment), end[g])`` (alignment 128, 64 or 32, the same setting), as
+    ``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum`` runs it (on the GPU, no host synchronization, graph-safe); rows
+    outside the groups are left untouched, and ``expected_m_for_psum_layout`` (rows per group, a hint for the kernel
+    configuration) may be given. The arguments ``fp8_fp4_gemm_nt`` refuses raise ValueError.
     """
     if expected_m_for_psum_layout is not None and not use_psum_layout:
         raise ValueError("expected_m_for_psum_layout goes with use_psum_layout=True; pass None")
@@ -320,10 +324,10 @@ def m_grouped_fp8_fp4_gemm_nt_contiguous(a, b, d, grouped_layout, recipe=None, r
             expected_m = 0 if expected_m_for_psum_layout is None else int(expected_m_for_psum_layout)
             _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum,
                   _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum"], a, b, (d, grouped_layout),
-                  ("d", "grouped_layout"), expected_m)
+                  ("d", "grouped_layout"), expected_m, _layout._alignment)
         else:
             _gemm(_C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, _FAST["m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"], a,
-                  b, (d, grouped_layout), ("d", "grouped_layout"))
+                  b, (d, grouped_layout), ("d", "grouped_layout"), _layout._alignment)
     except (TypeError, ValueError):
         _refuse_blackwell_formats(a, b)
         raise

@@ -88,14 +88,14 @@ NB_MODULE(_C, m) {
   m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle m_indices,
-         uintptr_t stream) {
+         int m_alignment, uintptr_t stream) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
                                    vm = to_view(m_indices, "m_indices");
-        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, to_stream(stream));
+        finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, to_stream(stream), m_alignment);
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
-      nb::arg("m_indices"), nb::arg("stream"));
+      nb::arg("m_indices"), nb::arg("m_alignment"), nb::arg("stream"));
   m.def(
       "k_grouped_gemm_fp8_fp8_f32_nt",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, const std::vector<int64_t>& ks,
@@ -113,15 +113,15 @@ NB_MODULE(_C, m) {
   m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle group_ends, int expected_m,
-         uintptr_t stream) {
+         int m_alignment, uintptr_t stream) {
         const finegemm::TensorView va = to_view(a, "lhs"), vsa = to_view(sa, "lhs_scales"), vb = to_view(b, "rhs"),
                                    vsb = to_view(sb, "rhs_scales"), vd = to_view(d, "out"),
                                    ve = to_view(group_ends, "group_ends");
         finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, vb, vsb, vd, ve, expected_m,
-                                                                 to_stream(stream));
+                                                                 to_stream(stream), m_alignment);
       },
       nb::arg("lhs"), nb::arg("lhs_scales"), nb::arg("rhs"), nb::arg("rhs_scales"), nb::arg("out"),
-      nb::arg("group_ends"), nb::arg("expected_m"), nb::arg("stream"));
+      nb::arg("group_ends"), nb::arg("expected_m"), nb::arg("m_alignment"), nb::arg("stream"));
   m.def(
       "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
       [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle masked_m, int expected_m,

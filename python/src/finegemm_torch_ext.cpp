@@ -72,18 +72,20 @@ NB_MODULE(_C_torch, m) {
     finegemm::gemm_fp8_fp8_nt(va, vsa, vb, vsb, vd, vc, current_stream());
   });
   m.def("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
-        [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle m_indices) {
+        [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle m_indices,
+           int m_alignment) {
           const finegemm::TensorView va = to_view(a), vsa = to_view(sa), vb = to_view(b), vsb = to_view(sb),
                                      vd = to_view(d), vm = to_view(m_indices);
-          finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, current_stream());
+          finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, vb, vsb, vd, vm, current_stream(),
+                                                              m_alignment);
         });
   m.def("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum",
         [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb, nb::handle d, nb::handle group_ends,
-           int expected_m) {
+           int expected_m, int m_alignment) {
           const finegemm::TensorView va = to_view(a), vsa = to_view(sa), vb = to_view(b), vsb = to_view(sb),
                                      vd = to_view(d), ve = to_view(group_ends);
           finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, vb, vsb, vd, ve, expected_m,
-                                                                   current_stream());
+                                                                   current_stream(), m_alignment);
         });
   m.def("m_grouped_gemm_fp8_fp8_bf16_nt_masked", [](nb::handle a, nb::handle sa, nb::handle b, nb::handle sb,
                                                     nb::handle d, nb::handle masked_m, int expected_m) {

@@ -4,6 +4,7 @@ examples, and on a Hopper GPU the calls vLLM, SGLang and transformers make, agai
 
 import inspect
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -132,7 +133,7 @@ def test_settings_and_queries_take_deepgemm_arguments():
         assert callable(getattr(dg, name)), name
     assert dg.get_mk_alignment_for_contiguous_layout() == 128
     assert dg.get_pdl() in (False, True)
-    dg.set_mk_alignment_for_contiguous_layout(128)  # the value finegemm runs: accepted
+    dg.set_mk_alignment_for_contiguous_layout(128)  # the default: accepted, nothing changes
     assert dg.utils.ceil_div(129, 128) == 2 and dg.utils.align(129, 128) == 256 and dg.get_tma_aligned_size(5, 4) == 8
 
 
@@ -261,13 +262,100 @@ def test_accepted_recipes_reach_the_gemm():
         dg.fp8_gemm_nt((a[0].half(), a[1]), b, d)
 
 
-def test_alignment_setting_accepts_128_only():
+@pytest.fixture
+def default_alignment_after():
+    """The process-wide alignment setting back to its default once the test is done, whatever it did."""
+    yield
     finegemm.set_mk_alignment_for_contiguous_layout(128)
-    for value in (64, 256, 0):
-        with pytest.raises(ValueError, match=f"accepts 128 only, got {value}"):
+
+
+def test_alignment_setting_accepts_128_64_and_32(default_alignment_after):
+    """DeepGEMM's process-wide setting: 128 (the default), 64 and 32 are kept and read back by every getter's name;
+    any other value raises ValueError saying what runs, and leaves the setting as it was."""
+    getters = [finegemm.get_mk_alignment_for_contiguous_layout, finegemm.get_m_alignment_for_contiguous_layout]
+    assert [get() for get in getters] == [128, 128]
+    for value in (64, 32, 128, 32):
+        finegemm.set_mk_alignment_for_contiguous_layout(value)
+        assert [get() for get in getters] == [value, value]
+    for value in (256, 0, 96, 16, -64, 64.0, "64", True, None):
+        with pytest.raises(ValueError, match=re.escape("start each group's rows at a multiple of 128, 64 or 32 rows "
+                                                       f"(32: the psum layout only), got {value!r}")):
             finegemm.set_mk_alignment_for_contiguous_layout(value)
-    assert finegemm.get_mk_alignment_for_contiguous_layout() == 128
-    assert [finegemm.get_theoretical_mk_alignment_for_contiguous_layout(m) for m in (None, 1, 100, 4096)] == [128] * 4
+        assert finegemm.get_mk_alignment_for_contiguous_layout() == 32
+    # The smallest alignment both layouts run well: one 64-row tile per group for at most 64 rows, 128 otherwise (32
+    # runs with the psum layout only, so it is never the answer).
+    expected_ms = (None, 0, 1, 40, 64, 65, 100, 4096)
+    assert [finegemm.get_theoretical_mk_alignment_for_contiguous_layout(m) for m in expected_ms] == \
+        [128, 64, 64, 64, 64, 128, 128, 128]
+
+
+@pytest.mark.torch
+def test_alignment_setting_is_deepgemms_under_every_name(default_alignment_after):
+    """deep_gemm's names and deep_gemm.utils' share finegemm's setting (get_k_alignment_for_contiguous_layout too, as
+    in DeepGEMM; finegemm's K-grouped GEMM takes multiples of 128 whatever it says, as DeepGEMM's SM90 one does)."""
+    getters = [dg.get_mk_alignment_for_contiguous_layout, dg.get_m_alignment_for_contiguous_layout,
+               dg.get_k_alignment_for_contiguous_layout, dg.utils.get_mk_alignment_for_contiguous_layout,
+               finegemm.get_mk_alignment_for_contiguous_layout]
+    for value in (64, 32, 128):
+        dg.set_mk_alignment_for_contiguous_layout(value)
+        assert [get() for get in getters] == [value] * len(getters)
+    dg.utils.set_mk_alignment_for_contiguous_layout(64)
+    assert finegemm.get_mk_alignment_for_contiguous_layout() == 64
+    assert dg.get_theoretical_mk_alignment_for_contiguous_layout(32) == 64
+
+
+def cpu_views(*tensors):
+    """finegemm._C's tensor descriptors of CPU tensors (the C++ validation reads no memory)."""
+    codes = {torch.float8_e4m3fn: 0, torch.bfloat16: 1, torch.float32: 2, torch.int32: 3}
+    return [(t.data_ptr(), codes[t.dtype], tuple(t.shape), t.stride()) for t in tensors]
+
+
+@pytest.mark.torch
+def test_alignment_argument_is_checked_by_the_library():
+    """The C++ calls take the alignment explicitly and check it first: the m_indices layout refuses 32 (naming what
+    runs it), both refuse values other than 128, 64 and 32; ValueError with the library's message."""
+    a, b, d = dense("cpu")
+    gb = grouped(b)
+    m_indices = torch.zeros(64, dtype=torch.int32)
+    ends = torch.tensor([32, 64], dtype=torch.int32)
+    with pytest.raises(ValueError, match="got 32; 32-row alignment runs with the psum layout"):
+        finegemm._C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(*cpu_views(*a, *gb, d, m_indices), 32, 0)
+    for bad in (0, 96, 256):
+        with pytest.raises(ValueError, match=f"must be 128, 64 or 32, got {bad}"):
+            finegemm._C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(*cpu_views(*a, *gb, d, m_indices), bad, 0)
+        with pytest.raises(ValueError, match=f"must be 128, 64 or 32, got {bad}"):
+            finegemm._C.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(*cpu_views(*a, *gb, d, ends), 0, bad, 0)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("fast_path", [False, True])
+def test_contiguous_calls_pass_the_alignment_setting(monkeypatch, default_alignment_after, fast_path):
+    """Every contiguous GEMM called from Python (finegemm's names and DeepGEMM's, m_indices and group ends) hands the
+    process-wide alignment to the C++ call, through the descriptor path and the fast path (recorded here in place of
+    the extension's functions)."""
+    from finegemm import ops
+
+    recorded = []
+    names = ("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum")
+    for name in names:
+        # Descriptor path: (..., [expected_m,] alignment, stream); fast path: (..., [expected_m,] alignment).
+        monkeypatch.setattr(ops._C, name, lambda *args, name=name: recorded.append((name, args[-2])))
+        monkeypatch.setitem(ops._FAST, name,
+                            (lambda *args, name=name: recorded.append((name, args[-1]))) if fast_path else None)
+    monkeypatch.setattr(ops, "_stream", lambda: 0)
+    a, b, d = dense("cpu")
+    gb = grouped(b)
+    m_indices = torch.zeros(64, dtype=torch.int32)
+    ends = torch.tensor([32, 64], dtype=torch.int32)
+    for alignment in (64, 32, 128):
+        finegemm.set_mk_alignment_for_contiguous_layout(alignment)
+        recorded.clear()
+        finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, gb, d, m_indices)
+        finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, gb, d, ends, 32)
+        dg.m_grouped_fp8_gemm_nt_contiguous(a, gb, d, m_indices)
+        dg.m_grouped_fp8_fp4_gemm_nt_contiguous(a, gb, d, ends, use_psum_layout=True, expected_m_for_psum_layout=32)
+        assert recorded == [(names[0], alignment), (names[1], alignment), (names[0], alignment),
+                            (names[1], alignment)], recorded
 
 
 @pytest.mark.skipif(fgtest.TORCH_MISSING is None, reason="PyTorch is installed: install_as_deep_gemm works")
@@ -584,6 +672,73 @@ def test_deepep_psum_layout_in_a_cuda_graph(counts, n, k):
     ref, abs_sum = fgtest.reference_gemm(x[:new_counts[-1]], xs[:new_counts[-1]], w[last], ws[last])
     fgtest.check_output(out[:new_counts[-1]], ref, abs_sum, f"psum layout replayed with new ends (seed {seed})")
     assert fgtest.is_poison(out[new_counts[-1]:]).all(), "the replay wrote rows of no group"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alignment", [64, 32])
+def test_psum_layout_with_64_and_32_row_alignment(alignment, default_alignment_after):
+    """set_mk_alignment_for_contiguous_layout(64 or 32), then the psum layout as DeepEP v2 writes it for that
+    alignment: each group starts at the previous end rounded up to it (so off the 128-row boundaries), empty groups and
+    groups of a few rows included; rows of no group keep their poison, and no device error is flagged."""
+    seed = fgtest.seed()
+    dg.set_mk_alignment_for_contiguous_layout(alignment)
+    counts, n, k = [100, 0, 172, 5, 31, 33, 64, 1, 0, 250], 576, 1024
+    ends = psum_ends(counts, alignment)
+    rows = dg.utils.align(ends[-1], alignment) + alignment
+    w, ws = quantized_weights(len(counts), n, k, False)
+    x, xs = finegemm.per_token_cast_to_fp8(fgtest.activations(rows, k))
+    out = fgtest.poisoned_bf16(rows, n)
+    finegemm.reset_device_error_flags()
+    dg.m_grouped_fp8_gemm_nt_contiguous((x, xs), (w, ws), out, torch.tensor(ends, dtype=torch.int32, device="cuda"),
+                                        use_psum_layout=True)
+    row_groups = psum_rows(ends, rows, alignment)
+    for g in range(len(counts)):
+        begin, end = ends[g] - counts[g], ends[g]
+        assert begin % alignment == 0 and row_groups[begin:end] == [g] * counts[g]
+        if end > begin:
+            ref, abs_sum = fgtest.reference_gemm(x[begin:end], xs[begin:end], w[g], ws[g])
+            fgtest.check_output(out[begin:end], ref, abs_sum,
+                                f"psum, {alignment}-row alignment, group {g} (seed {seed})")
+    owned = torch.tensor(row_groups, device="cuda") >= 0
+    assert fgtest.is_poison(out[~owned]).all(), "rows of no group were written"
+    assert finegemm.device_error_flags() == 0
+
+
+@pytest.mark.gpu
+def test_contiguous_m_indices_aligned_to_64_rows(default_alignment_after):
+    """set_mk_alignment_for_contiguous_layout(64): experts' rows padded to 64 (-1 in m_indices), computed by both the
+    DeepGEMM name and finegemm's (64-row tiles), padding rows untouched, no device error. With 32 the m_indices call
+    raises ValueError naming what runs and writes nothing."""
+    seed = fgtest.seed()
+    dg.set_mk_alignment_for_contiguous_layout(64)
+    num_groups, n, k = 8, 2112, 2048
+    counts = torch.randint(1, 200, (num_groups,)).tolist()
+    counts[1], counts[4], counts[6] = 0, 64, 65
+    alignment = dg.get_mk_alignment_for_contiguous_layout()
+    m_indices, segments = [], []
+    for g, count in enumerate(counts):
+        begin = len(m_indices)
+        m_indices += [g] * count + [-1] * (dg.utils.align(count, alignment) - count)
+        segments.append((begin, begin + count))
+    m_indices = torch.tensor(m_indices, dtype=torch.int32, device="cuda")
+    a, sa = finegemm.per_token_cast_to_fp8(fgtest.activations(m_indices.numel(), k))
+    b, sb = quantized_weights(num_groups, n, k, False)
+    for call in (lambda out: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, m_indices),
+                 lambda out: finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous((a, sa), (b, sb), out, m_indices)):
+        out = fgtest.poisoned_bf16(m_indices.numel(), n)
+        finegemm.reset_device_error_flags()
+        call(out)
+        for g, (begin, end) in enumerate(segments):
+            if end > begin:
+                ref, abs_sum = fgtest.reference_gemm(a[begin:end], sa[begin:end], b[g], sb[g])
+                fgtest.check_output(out[begin:end], ref, abs_sum,
+                                    f"contiguous, 64-row alignment, expert {g} (seed {seed})")
+        assert fgtest.is_poison(out[m_indices == -1]).all(), "padding rows were written"
+        assert finegemm.device_error_flags() == 0
+    dg.set_mk_alignment_for_contiguous_layout(32)
+    out = fgtest.poisoned_bf16(m_indices.numel(), n)
+    expect_untouched(lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, m_indices), out,
+                     "32-row alignment runs with the psum layout")
 
 
 @pytest.mark.gpu

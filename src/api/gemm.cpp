@@ -44,7 +44,7 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
 
 /// Everything a launch depends on, as a flat key.
 struct PlanKey {
-  std::array<uint64_t, 26> words{};
+  std::array<uint64_t, 27> words{};
   bool operator==(const PlanKey& o) const { return words == o.words; }
 };
 
@@ -68,7 +68,7 @@ PlanKey make_key(const GemmCall& c, int device, int num_sms) {
              uint64_t(c.a_rows), uint64_t(c.sb_per_row) | uint64_t(c.d_dtype) << 1, uint64_t(c.ld_sb), p(c.c),
              uint64_t(c.ld_c),
              // K-grouped: the sum of K and its mean (never the K_g: they may change between graph replays)
-             uint64_t(c.expected_k), p(c.workspace), uint64_t(c.workspace_bytes)};
+             uint64_t(c.expected_k), p(c.workspace), uint64_t(c.workspace_bytes), uint64_t(c.m_alignment)};
   return k;
 }
 
@@ -142,6 +142,7 @@ Problem problem_of(const GemmCall& c) {
   p.n = c.n;
   p.k = c.k;
   p.num_groups = c.num_groups;
+  p.m_alignment = c.m_alignment;
   if (c.kind == GemmKind::kGroupedK) p.k = c.expected_k;
   p.m_max = c.kind == GemmKind::kGroupedMasked ? c.rows : 0;
   p.sa_k_major = c.sa_k_major;
@@ -229,6 +230,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
                  cfg.describe().c_str());
 
   device::GemmArgs& args = plan->args;
+  args.psum_alignment = c.m_alignment;
   if (c.kind == GemmKind::kGroupedK) {
     build_k_grouped_args(c, cfg, device, args);
     return plan;
@@ -384,8 +386,14 @@ void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
                                                const TensorView& sb, const TensorView& d,
+                                               const TensorView& m_indices, Stream stream, int m_alignment) {
+  run(validate_contiguous(a, sa, b, sb, d, m_indices, m_alignment), stream);
+}
+
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                               const TensorView& sb, const TensorView& d,
                                                const TensorView& m_indices, Stream stream) {
-  run(validate_contiguous(a, sa, b, sb, d, m_indices), stream);
+  m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, d, m_indices, stream, get_m_alignment_for_contiguous_layout());
 }
 
 void k_grouped_gemm_fp8_fp8_f32_nt(const TensorView& a, const TensorView& sa, const TensorView& b,
@@ -402,8 +410,16 @@ int64_t k_grouped_workspace_bytes(int num_sms) {
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
                                                     const TensorView& sb, const TensorView& d,
+                                                    const TensorView& group_ends, int expected_m, Stream stream,
+                                                    int m_alignment) {
+  run(validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m, m_alignment), stream);
+}
+
+void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
+                                                    const TensorView& sb, const TensorView& d,
                                                     const TensorView& group_ends, int expected_m, Stream stream) {
-  run(validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m), stream);
+  m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m, stream,
+                                                 get_m_alignment_for_contiguous_layout());
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView& sa, const TensorView& b,

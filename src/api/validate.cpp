@@ -142,6 +142,19 @@ void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, c
   expect_aligned(b.data, 16, fn, "B");
 }
 
+/// The row alignment of the contiguous layouts' groups: 128, 64 or 32; the m_indices layout 128 or 64 (its tiles hold
+/// one expert from their first row on, and the smallest tiles are 64 rows).
+void check_m_alignment(int m_alignment, GemmKind kind, const char* fn) {
+  FG_EXPECT(m_alignment == 128 || m_alignment == 64 || m_alignment == 32, fn,
+            detail::concat("m_alignment (the rows each group's start is a multiple of) must be 128, 64 or 32, got ",
+                           m_alignment));
+  if (kind == GemmKind::kGroupedContiguous && m_alignment == 32) [[unlikely]]
+    throw Error(Error::Kind::kUnsupported, fn,
+                "the contiguous layout with m_indices runs with 128- or 64-row alignment (64: on 64-row tiles), got "
+                "32; 32-row alignment runs with the psum layout (group ends, "
+                "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum)");
+}
+
 }  // namespace
 
 void check_problem(const Problem& p) {
@@ -153,6 +166,7 @@ void check_problem(const Problem& p) {
   if (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) {
     FG_EXPECT(p.m >= 1, fn, detail::concat("expected_m must be >= 1, got ", p.m));
   }
+  check_m_alignment(p.m_alignment, p.kind, fn);
   FG_EXPECT(p.d_dtype == DType::kBFloat16 || p.d_dtype == DType::kFloat32, fn,
             detail::concat("the output is bfloat16 or float32, got ", dtype_name(p.d_dtype)));
   if (p.kind == GemmKind::kGroupedK) {
@@ -284,8 +298,9 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
 }
 
 GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
-                             const TensorView& d, const TensorView& m_indices) {
+                             const TensorView& d, const TensorView& m_indices, int m_alignment) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous";
+  check_m_alignment(m_alignment, GemmKind::kGroupedContiguous, fn);
   expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
   expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
   expect_tensor(m_indices, fn, "m_indices", DType::kInt32, 1);
@@ -298,6 +313,7 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
             detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
                            m_indices.describe()));
   expect_aligned(m_indices.data, 4, fn, "m_indices");
+  c.m_alignment = m_alignment;
   c.b = b.data;
   c.sb = sb.data;
   c.layout = m_indices.data;
@@ -305,8 +321,10 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
 }
 
 GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
-                                  const TensorView& d, const TensorView& group_ends, int expected_m) {
+                                  const TensorView& d, const TensorView& group_ends, int expected_m,
+                                  int m_alignment) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum";
+  check_m_alignment(m_alignment, GemmKind::kGroupedContiguousPsum, fn);
   expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
   expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
   expect_tensor(group_ends, fn, "group_ends", DType::kInt32, 1);
@@ -315,6 +333,9 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
   check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
   check_activations_2d(a, sa, d, fn, "[M_sum, ceil(K/128)]", c);
   check_sb(sb, c.num_groups, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, true);
+  // The kernel rounds group starts up in 32-bit rows (at most M_sum + 254 before the rounding).
+  FG_EXPECT(c.rows <= kMaxDim - 256, fn,
+            detail::concat("M_sum must be below 2^31 - 256 for the psum layout, got M_sum=", c.rows));
   FG_EXPECT(group_ends.shape[0] == c.num_groups && (group_ends.strides[0] == 1 || c.num_groups == 1), fn,
             detail::concat("group_ends must be a contiguous int32 [G] holding the end row of each of B's G=",
                            c.num_groups, " groups, got ", group_ends.describe()));
@@ -324,6 +345,7 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
                            expected_m));
   // No hint: the rows spread evenly over the groups.
   c.expected_m = expected_m > 0 ? expected_m : std::max<int64_t>(1, ceil_div(c.rows, c.num_groups));
+  c.m_alignment = m_alignment;
   c.b = b.data;
   c.sb = sb.data;
   c.layout = group_ends.data;

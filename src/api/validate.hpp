@@ -13,6 +13,7 @@ struct GemmCall {
   int64_t n = 0, k = 0;
   int num_groups = 1;
   int64_t expected_m = 0;  ///< masked, psum: the hint of rows per group
+  int m_alignment = 128;   ///< contiguous, psum: the rows each group's start is a multiple of (128, 64 or 32)
   bool sa_k_major = false;
   int64_t lda = 0;      ///< bytes between rows of A
   int64_t ld_sa = 0;    ///< K-major: elements between rows; MN-major: elements between K blocks (M_pad)
@@ -41,9 +42,10 @@ GemmCall validate_normal(const TensorView& a, const TensorView& sa, const Tensor
 GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                         const TensorView& d, const TensorView* c);
 GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
-                             const TensorView& d, const TensorView& m_indices);
+                             const TensorView& d, const TensorView& m_indices, int m_alignment = 128);
 GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
-                                  const TensorView& d, const TensorView& group_ends, int expected_m);
+                                  const TensorView& d, const TensorView& group_ends, int expected_m,
+                                  int m_alignment = 128);
 GemmCall validate_masked(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                          const TensorView& d, const TensorView& masked_m, int expected_m);
 

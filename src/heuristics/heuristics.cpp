@@ -309,7 +309,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         const int64_t m_blocks = ceil_div(rows, block_m);
         const int64_t n_blocks = ceil_div(p.n, block_n);
         // Filters, each with its reason.
-        if (block_n > max_block_n(block_m)) {
+        if (p.kind == GemmKind::kGroupedContiguous && p.m_alignment < 128 && block_m != 64) {
+          cand.rejected = "experts aligned to 64 rows may start in any 64-row block: only 64-row tiles hold one expert "
+                          "from their first row on";
+        } else if (block_n > max_block_n(block_m)) {
           cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
         } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
           cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";

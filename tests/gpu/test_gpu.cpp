@@ -259,6 +259,51 @@ TEST_F(Gpu, GroupedContiguous) {
     }
 }
 
+// The contiguous layout with m_indices, experts aligned to 64 rows: the heuristic picks 64-row tiles (each holds one
+// expert from its first row on, then padding), every expert row is computed and every padding row keeps its poison.
+// Random counts with empty experts, experts of 1 and 64 rows, both SA layouts; no device error flag.
+TEST_F(Gpu, ContiguousAlignedTo64Rows) {
+  struct Case {
+    int groups;
+    int64_t expected, n, k;
+    std::vector<int> expert_rows;  // empty: random around `expected`, every fifth expert empty
+  };
+  const Case cases[] = {{8, 256, 4096, 2048, {}},
+                        {32, 130, 2112, 576, {}},
+                        {256, 40, 576, 512, {}},
+                        {4, 4000, 4096, 7168, {}},
+                        {8, 60, 576, 7168, {70, 0, 1, 63, 64, 65, 0, 129}}};
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(shape(GemmKind::kGroupedContiguous, c.groups, c.expected, c.n, c.k));
+  std::mt19937 rng(29);
+  int i = 0;
+  for (size_t c = 0; c < std::size(cases); ++c)
+    for (bool k_major : {false, true}) {
+      const ft::ProblemShape& s = shapes[c];
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(3300 + i++);
+      opt.m_alignment = 64;
+      opt.expert_rows = cases[c].expert_rows;
+      if (opt.expert_rows.empty())
+        for (int e = 0; e < s.groups; ++e) {
+          std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
+          opt.expert_rows.push_back(e % 5 == 1 ? 0 : int(dist(rng)));
+        }
+      ft::GemmProblem p(s, opt);
+      fg::Problem problem = ft::problem_of(s, k_major);
+      problem.m = p.rows();
+      problem.m_alignment = 64;
+      const std::string config = fg::describe_config(problem, fg::get_num_sms());
+      EXPECT_EQ(config.rfind("BM=64 ", 0), 0u) << s.describe() << ": " << config;
+      fg::reset_device_error_flags();
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[contiguous-64] %-36s SA %-8s %s | %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
+                  v.summary.c_str(), config.c_str());
+      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+      EXPECT_EQ(fg::device_error_flags(), 0u) << s.describe();
+    }
+}
+
 // Contiguous 256-row tiles: a block's half (at most 128 rows of one expert) runs as a wide tile over two n-blocks
 // (the second B tile in the A stage's free half, wave 1 stored 128 columns to the right). Cases with halves in both
 // scheduler passes, experts of 1 row, empty experts, an odd n-block count (the last half stays narrow), a partial
@@ -494,30 +539,87 @@ TEST_F(Gpu, GroupedContiguousPsum) {
   EXPECT_EQ(configs, (std::set<std::string>{"BM=64", "BM=128", "BM=256"}));
 }
 
+// The psum layout with groups starting at multiples of 64 or 32 rows (the call's m_alignment): tiles start at their
+// group's start, off the tile height's multiples; rows of no group (between an end and the next aligned start, past
+// the last end) keep their poison. Random rows per group with empty groups, tiles of 64, 128 and 256 rows among the
+// picks, both SA layouts; then fixed counts that end one row before, on and after the alignment.
+TEST_F(Gpu, PsumWith64And32RowAlignment) {
+  struct Case {
+    int groups;
+    int64_t expected, n, k;
+    std::vector<int> expert_rows;  // empty: random around `expected`, every fifth expert empty
+  };
+  const Case cases[] = {{8, 256, 4096, 2048, {}},
+                        {32, 130, 2112, 576, {}},
+                        {256, 40, 576, 512, {}},
+                        {4, 4000, 4096, 7168, {}},
+                        {9, 60, 576, 7168, {70, 0, 131, 31, 32, 33, 63, 64, 65}},
+                        {5, 300, 2112, 2048, {1, 0, 0, 511, 97}}};
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(shape(GemmKind::kGroupedContiguousPsum, c.groups, c.expected, c.n, c.k));
+  precompile(shapes);
+  std::mt19937 rng(23);
+  std::set<std::string> configs;
+  int i = 0;
+  for (int alignment : {64, 32})
+    for (size_t c = 0; c < std::size(cases); ++c)
+      for (bool k_major : {false, true}) {
+        const ft::ProblemShape& s = shapes[c];
+        ft::ProblemOptions opt;
+        opt.seed = uint64_t(3100 + i++);
+        opt.m_alignment = alignment;
+        opt.expert_rows = cases[c].expert_rows;
+        if (opt.expert_rows.empty())
+          for (int e = 0; e < s.groups; ++e) {
+            std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
+            opt.expert_rows.push_back(e % 5 == 1 ? 0 : int(dist(rng)));
+          }
+        ft::GemmProblem p(s, opt);
+        ASSERT_EQ(p.m_alignment(), alignment);
+        fg::reset_device_error_flags();
+        const ft::Verdict v = run_and_check(p, k_major);
+        fg::Problem problem = ft::problem_of(s, k_major);
+        problem.m_alignment = alignment;
+        const std::string config = fg::describe_config(problem, fg::get_num_sms());
+        configs.insert(config.substr(0, config.find(' ')));
+        std::printf("[psum-%d] %-36s SA %-8s %s | %s\n", alignment, s.describe().c_str(),
+                    k_major ? "K-major" : "MN-major", v.summary.c_str(), config.c_str());
+        EXPECT_TRUE(v.ok) << s.describe() << " alignment " << alignment << "\n" << v.summary;
+        EXPECT_EQ(fg::device_error_flags(), 0u) << s.describe() << " alignment " << alignment;
+      }
+  EXPECT_EQ(configs, (std::set<std::string>{"BM=64", "BM=128", "BM=256"}));
+}
+
 // One graph, replayed with new group ends written to the device between replays (the host never reads them): each
 // replay computes the new groups and leaves every other row untouched.
 TEST_F(Gpu, PsumGraphReplayWithNewEnds) {
   const auto s = shape(GemmKind::kGroupedContiguousPsum, 4, 512, 2112, 2048);
-  ft::ProblemOptions opt;
-  opt.seed = 79;
-  opt.expert_rows = {512, 512, 512, 512};  // worst case M_sum = 2048
-  ft::GemmProblem p(s, opt);
-  p.run(true, stream_);
-  FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  const cudaGraphExec_t exec = capture(stream_, [&] { p.run(true, stream_); });
-  const std::vector<std::vector<int32_t>> ends = {{100, 128, 428, 1024}, {0, 0, 0, 1}, {512, 1024, 1536, 2048},
-                                                  {5, 133, 384, 385}};
-  for (const auto& e : ends) {
-    p.set_layout(e, stream_);
-    p.poison_output(stream_);
-    fg::reset_device_error_flags();
-    FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  for (int alignment : {128, 32}) {
+    ft::ProblemOptions opt;
+    opt.seed = 79;
+    opt.m_alignment = alignment;
+    opt.expert_rows = {512, 512, 512, 512};  // worst case M_sum = 2048
+    ft::GemmProblem p(s, opt);
+    p.run(true, stream_);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), p.download_output());
-    EXPECT_TRUE(v.ok) << "ends {" << e[0] << "," << e[1] << "," << e[2] << "," << e[3] << "}: " << v.summary;
-    EXPECT_EQ(fg::device_error_flags(), 0u);
+    const cudaGraphExec_t exec = capture(stream_, [&] { p.run(true, stream_); });
+    std::vector<std::vector<int32_t>> ends = {{100, 128, 428, 1024}, {0, 0, 0, 1}, {512, 1024, 1536, 2048},
+                                              {5, 133, 384, 385}};
+    // Valid with 32-row alignment only: group 1 empty at 64, group 2 [64, 97), group 3 [128, 2000).
+    if (alignment == 32) ends.push_back({33, 64, 97, 2000});
+    for (const auto& e : ends) {
+      p.set_layout(e, stream_);
+      p.poison_output(stream_);
+      fg::reset_device_error_flags();
+      FG_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      const ft::Verdict v = ft::check_output(p, ft::gpu_reference(p), p.download_output());
+      EXPECT_TRUE(v.ok) << "alignment " << alignment << ", ends {" << e[0] << "," << e[1] << "," << e[2] << ","
+                        << e[3] << "}: " << v.summary;
+      EXPECT_EQ(fg::device_error_flags(), 0u) << "alignment " << alignment;
+    }
+    cudaGraphExecDestroy(exec);
   }
-  cudaGraphExecDestroy(exec);
 }
 
 // Invalid group ends: below the group's start (the previous end rounded up to 128), negative, past M_sum. The kernel
@@ -588,10 +690,19 @@ TEST_F(Gpu, PsumBadArgumentsLeaveTheOutputUntouched) {
   const fg::TensorView ends_short = view(p.layout_buffer, fg::DType::kInt32, {3});
   const fg::TensorView ends_float = view(p.layout_buffer, fg::DType::kFloat32, {4});
   const auto st = reinterpret_cast<fg::Stream>(stream_);
-  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_short, 128, st), fg::Error);
-  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_float, 128, st), fg::Error);
-  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(
-                   a, sa, b, sb, d, view(p.layout_buffer, fg::DType::kInt32, {4}), -1, st),
+  const fg::TensorView ends = view(p.layout_buffer, fg::DType::kInt32, {4});
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_short, 128, st, 128),
+               fg::Error);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends_float, 128, st, 128),
+               fg::Error);
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, -1, st, 128), fg::Error);
+  for (int alignment : {0, 16, 96, 256})
+    EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, 128, st, alignment),
+                 fg::Error)
+        << alignment;
+  // The m_indices layout refuses 32-row alignment (64-row tiles are its smallest).
+  EXPECT_THROW(fg::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, d,
+                                                            view(p.layout_buffer, fg::DType::kInt32, {rows}), st, 32),
                fg::Error);
   FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (uint16_t x : p.download_output()) ASSERT_EQ(x, ft::GemmProblem::kPoison);
@@ -769,9 +880,8 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one with 128x192 half batches (769x3072x768:
   // 6 K blocks, SB read by every math thread), one contiguous, one masked, and two weight-gradient cases (1x128 SB,
   // C's tile loaded into the output tile): 65x136x576 with C aliasing D, 300x264x640 with a separate C. The dense
-  // wide tail has a case of its own (SanitizerWideTail). Then the psum layout (3 groups, one empty, rows past each
-  // group's end) and the K-grouped weight gradient (3 experts, the middle one without tokens, M off the tile; adding
-  // into D, then overwriting it).
+  // wide tail has a case of its own (SanitizerWideTail), the psum layout too (SanitizerPsumCases). Then the K-grouped
+  // weight gradient (3 experts, the middle one without tokens, M off the tile; adding into D, then overwriting it).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
@@ -781,7 +891,6 @@ TEST_F(Gpu, SanitizerSmallCases) {
                                      shape(GemmKind::kGroupedMasked, 3, 130, 576, 256),
                                      wgrad(65, 136, 576),
                                      wgrad(300, 264, 640),
-                                     shape(GemmKind::kGroupedContiguousPsum, 3, 100, 576, 256),
                                      shape(GemmKind::kGroupedK, 3, 136, 264, 256)};
   int i = 0;
   for (const auto& s : shapes)
@@ -789,7 +898,6 @@ TEST_F(Gpu, SanitizerSmallCases) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(40 + i++);
       if (s.kind == GemmKind::kGroupedMasked) opt.masked_m = {130, 0, 65};
-      if (s.kind == GemmKind::kGroupedContiguousPsum) opt.expert_rows = {70, 0, 131};
       if (s.kind == GemmKind::kGroupedK) {
         opt.expert_ks = {256, 0, 384};
         opt.accumulate = !k_major;  // its SA is MN-major either way
@@ -798,6 +906,28 @@ TEST_F(Gpu, SanitizerSmallCases) {
       ft::GemmProblem p(s, opt);
       const ft::Verdict v = run_and_check(p, k_major);
       EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+    }
+}
+
+// The psum layout under the sanitizers: 3 groups with 128-row alignment (one empty, rows past each group's end), and
+// 4 groups with 32-row alignment (starts at 0, 96, 96 and 256: tiles starting off the multiples of their height).
+TEST_F(Gpu, SanitizerPsumCases) {
+  struct Case {
+    int groups, alignment;
+    std::vector<int> rows;
+  };
+  const Case cases[] = {{3, 128, {70, 0, 131}}, {4, 32, {70, 0, 131, 33}}};
+  int i = 0;
+  for (const Case& c : cases)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(60 + i++);
+      opt.expert_rows = c.rows;
+      opt.m_alignment = c.alignment;
+      const auto s = shape(GemmKind::kGroupedContiguousPsum, c.groups, 100, 576, 256);
+      ft::GemmProblem p(s, opt);
+      const ft::Verdict v = run_and_check(p, k_major);
+      EXPECT_TRUE(v.ok) << s.describe() << " alignment " << c.alignment << "\n" << v.summary;
     }
 }
 

@@ -172,6 +172,47 @@ TEST(Heuristics, PsumCountsTheTilesOfEachGroupAndKeepsTheContiguousPolicies) {
   EXPECT_EQ(small.num_tiles, 8 * ((4096 + small.block_n - 1) / small.block_n));
 }
 
+TEST(Heuristics, ContiguousAlignedTo64RowsTakesOnly64RowTiles) {
+  // m_indices with experts aligned to 64 rows: a 128- or 256-row block may hold two experts' starts, which those tiles
+  // cannot compute, so every other tile height is rejected, with its reason, whatever M_sum, N and K (the 128-aligned
+  // layout takes 128- or 256-row tiles at these shapes). The psum layout's tiles start at each group's start: its
+  // alignment leaves the heuristic as it is.
+  for (const auto& [m, n, k] : {std::tuple{8192 * 4, 4096, 7168}, std::tuple{4096 * 8, 7168, 2048},
+                                std::tuple{256, 576, 7168}, std::tuple{64 * 64, 2112, 7168}}) {
+    Problem p;
+    p.kind = GemmKind::kGroupedContiguous;
+    p.num_groups = 8;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    const auto aligned128 = fh::select_config(p, 132);
+    for (bool k_major : {false, true}) {
+      p.sa_k_major = k_major;
+      p.m_alignment = 64;
+      const auto c = fh::select_config(p, 132);
+      EXPECT_EQ(c.block_m, 64) << c.describe();
+      EXPECT_NE(c.kernel_function().find("sm90_fp8_gemm_kernel<1, "), std::string::npos) << c.kernel_function();
+      for (const auto& cand : fh::enumerate_candidates(p, 132))
+        if (cand.config.block_m != 64)
+          EXPECT_NE(cand.rejected.find("experts aligned to 64 rows may start in any 64-row block"), std::string::npos)
+              << cand.config.block_m << " " << cand.rejected;
+      p.m_alignment = 128;
+    }
+    if (m >= 8192) EXPECT_GE(aligned128.block_m, 128) << aligned128.describe();
+  }
+  Problem psum;
+  psum.kind = GemmKind::kGroupedContiguousPsum;
+  psum.num_groups = 8;
+  psum.m = 1000;
+  psum.n = 4096;
+  psum.k = 7168;
+  const std::string default_pick = fh::select_config(psum, 132).describe();
+  for (int alignment : {64, 32}) {
+    psum.m_alignment = alignment;
+    EXPECT_EQ(fh::select_config(psum, 132).describe(), default_pick);
+  }
+}
+
 TEST(Heuristics, NarrowStoreSlabsCostMoreWhereTheOutputDominates) {
   // 512x32768x512 writes twice B's bytes: BLOCK_N=144 (32-byte store rows) measured 27.5 us against 23.3 for 128 on
   // an H100, so 144's fewer waves no longer win it.

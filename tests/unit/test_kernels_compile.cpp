@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "finegemm/finegemm.hpp"
@@ -519,6 +520,50 @@ TEST(KernelsCompile, KGroupedKernelsCompileWithoutSpills) {
     EXPECT_NE(sass.find("UTMACCTL.IV"), std::string::npos) << names[i] << ": no tensormap acquire";
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  });
+}
+
+// The contiguous layout with m_indices aligned to 64 rows runs on 64-row tiles only (the heuristic's rule): the kernels
+// it picks for the seed's contiguous shapes and for experts with few rows, both SA layouts, compile without spills or
+// serialized wgmmas, with griddepcontrol.wait before the first global access.
+TEST(KernelsCompile, ContiguousKernelsOf64RowAlignmentCompileWithoutSpills) {
+  std::set<std::string> functions;
+  std::vector<Problem> problems;
+  for (const Problem& p : seed_problems())
+    if (p.kind == GemmKind::kGroupedContiguous) problems.push_back(p);
+  ASSERT_EQ(problems.size(), 4u);
+  for (const auto& [groups, m, n, k] : {std::tuple{64, 40, 7168, 2048}, std::tuple{8, 1000, 576, 7168}}) {
+    Problem p;
+    p.kind = GemmKind::kGroupedContiguous;
+    p.num_groups = groups;
+    p.m = int64_t(groups) * m;
+    p.n = n;
+    p.k = k;
+    problems.push_back(p);
+  }
+  for (Problem p : problems)
+    for (bool k_major : {false, true}) {
+      p.sa_k_major = k_major;
+      p.m_alignment = 64;
+      functions.insert(finegemm::heuristics::select_config(p, 132).kernel_function());
+    }
+  std::vector<std::string> names(functions.begin(), functions.end());
+  for (const auto& name : names)
+    EXPECT_EQ(name.rfind("finegemm::device::sm90_fp8_gemm_kernel<1, ", 0), 0u) << name;
+  for (const auto& name : names) {
+    std::stringstream args(name.substr(name.find('<') + 1));  // kind, N, K, BLOCK_M, ...
+    std::string arg;
+    for (int i = 0; i < 4; ++i) std::getline(args, arg, ',');
+    EXPECT_EQ(std::stoi(arg), 64) << name;
+  }
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
+    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+    const size_t wait = sass.find("ACQBULK");
+    ASSERT_NE(wait, std::string::npos) << names[i];
+    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
+      EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
   });
 }
 

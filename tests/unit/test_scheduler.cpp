@@ -36,11 +36,11 @@ std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout
   return per_cta;
 }
 
-/// m_indices of experts with these row counts, each padded to a multiple of 128 rows with -1.
-std::vector<int32_t> contiguous_layout(const std::vector<int>& counts) {
+/// m_indices of experts with these row counts, each padded to a multiple of `alignment` rows with -1.
+std::vector<int32_t> contiguous_layout(const std::vector<int>& counts, int alignment = 128) {
   std::vector<int32_t> m_indices;
   for (int e = 0; e < int(counts.size()); ++e) {
-    const int padded = (counts[size_t(e)] + 127) / 128 * 128;
+    const int padded = (counts[size_t(e)] + alignment - 1) / alignment * alignment;
     for (int r = 0; r < padded; ++r) m_indices.push_back(r < counts[size_t(e)] ? e : -1);
   }
   return m_indices;
@@ -211,6 +211,39 @@ TEST(Scheduler, ContiguousWith256RowTilesCoversEachExpertRowOnce) {
             foreign |= m_indices[size_t(r)] != v.group;
           }
           if (foreign) EXPECT_TRUE(v.check_rows) << "row_base " << v.row_base;
+        }
+      for (int r = 0; r < rows; ++r)
+        for (int n = 0; n < 3; ++n)
+          EXPECT_EQ(covered[size_t(r) * 3 + size_t(n)], m_indices[size_t(r)] >= 0 ? 1 : 0) << "row " << r << " n " << n;
+    }
+  }
+}
+
+TEST(Scheduler, ContiguousAlignedTo64RowsOn64RowTilesCoversEachExpertRowOnce) {
+  // Experts aligned to 64 rows (set_mk_alignment_for_contiguous_layout(64)): each 64-row block holds one expert from
+  // its first row on, then padding, so 64-row tiles take every block for the expert of its first row and compute each
+  // expert row exactly once; a tile whose block ends in padding checks its rows. (128-row tiles could not: the
+  // heuristic gives such calls 64-row tiles only.)
+  for (const std::vector<int>& counts : {std::vector<int>{100, 0, 300, 128, 250, 1, 64, 65}, std::vector<int>{0, 0, 5},
+                                         router_counts(4321)}) {
+    const std::vector<int32_t> m_indices = contiguous_layout(counts, 64);
+    const int rows = int(m_indices.size());
+    for (int ctas : {1, 3, 132}) {
+      const auto visits =
+          walk<fd::GemmKind::kGroupedContiguous, 64, 64, 3>(rows, int(counts.size()), m_indices.data(), ctas);
+      std::vector<int> covered(size_t(rows) * 3, 0);
+      for (const auto& cta : visits)
+        for (const auto& v : cta) {
+          EXPECT_EQ(v.row_base % 64, 0);
+          ASSERT_GE(v.group, 0);
+          EXPECT_EQ(v.group, m_indices[size_t(v.row_base)]);
+          bool padding = false;
+          for (int r = v.row_base; r < std::min(rows, v.row_base + v.row_limit); ++r) {
+            if (m_indices[size_t(r)] == v.group) ++covered[size_t(r) * 3 + size_t(v.n_block)];
+            EXPECT_TRUE(m_indices[size_t(r)] == v.group || m_indices[size_t(r)] == -1) << "row " << r;
+            padding |= m_indices[size_t(r)] == -1;
+          }
+          EXPECT_EQ(v.check_rows, padding) << "row_base " << v.row_base;
         }
       for (int r = 0; r < rows; ++r)
         for (int n = 0; n < 3; ++n)
@@ -470,10 +503,11 @@ TEST(Scheduler, MaskedClampsAndFlagsRowsAboveMmax) {
 
 namespace {
 
-/// The rows of each group of a psum layout, row by row: group g holds [align(e[g-1], 128), e[g]) of the `rows` that
-/// exist, where e is the end as the kernel clamps it (an end below the group's start: the start; past `rows`: `rows`).
-/// -1: a row of no group. Also says whether some end was invalid (below its start, or past `rows` with rows to hold).
-std::vector<int> psum_row_groups(const std::vector<int32_t>& ends, int rows, bool* invalid) {
+/// The rows of each group of a psum layout, row by row: group g holds [align(e[g-1], alignment), e[g]) of the `rows`
+/// that exist, where e is the end as the kernel clamps it (an end below the group's start: the start; past `rows`:
+/// `rows`). -1: a row of no group. Also says whether some end was invalid (below its start, or past `rows` with rows to
+/// hold).
+std::vector<int> psum_row_groups(const std::vector<int32_t>& ends, int rows, int alignment, bool* invalid) {
   std::vector<int> out(size_t(rows), -1);
   int64_t start = 0;
   *invalid = false;
@@ -487,19 +521,19 @@ std::vector<int> psum_row_groups(const std::vector<int32_t>& ends, int rows, boo
       end = std::max<int64_t>(rows, start);
     }
     for (int64_t r = start; r < std::min<int64_t>(end, rows); ++r) out[size_t(r)] = int(g);
-    start = (end + 127) / 128 * 128;
+    start = (end + alignment - 1) / alignment * alignment;
   }
   return out;
 }
 
-/// DeepEP v2's psum layout of experts with these row counts: each end is the previous end rounded up to 128, plus the
-/// expert's rows (an empty expert's end is its start).
-std::vector<int32_t> psum_ends(const std::vector<int>& counts) {
+/// DeepEP v2's psum layout of experts with these row counts: each end is the previous end rounded up to `alignment`,
+/// plus the expert's rows (an empty expert's end is its start).
+std::vector<int32_t> psum_ends(const std::vector<int>& counts, int alignment = 128) {
   std::vector<int32_t> ends;
   int32_t start = 0;
   for (int c : counts) {
     ends.push_back(start + c);
-    start = (ends.back() + 127) / 128 * 128;
+    start = (ends.back() + alignment - 1) / alignment * alignment;
   }
   return ends;
 }
@@ -507,20 +541,21 @@ std::vector<int32_t> psum_ends(const std::vector<int>& counts) {
 /// Walks every CTA of a psum kernel of BM x BN tiles over NB n-blocks and checks that each row of each group is in
 /// exactly one tile per n-block, as that group's row; that no tile holds a row of no group, reaches past the group's
 /// end or past `rows`; and that next() and the candidate walk (which the math and scale warps use) agree, with no
-/// candidate without work. Sets `bits` to the error bits of the walks (the same in every CTA).
+/// candidate without work. Sets `bits` to the error bits of the walks (the same in every CTA). Groups start at
+/// multiples of `alignment` rows.
 template <int BM, int BN, int NB>
-void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, uint32_t* bits) {
+void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, int alignment, uint32_t* bits) {
   bool invalid = false;
-  const std::vector<int> row_group = psum_row_groups(ends, rows, &invalid);
+  const std::vector<int> row_group = psum_row_groups(ends, rows, alignment, &invalid);
   const int groups = int(ends.size());
   std::vector<int> covered(size_t(rows) * NB, 0);
   std::set<uint32_t> error_bits;
   int num_tiles = 0;
   for (int cta = 0; cta < num_ctas; ++cta) {
     fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB> by_next(rows, groups, ends.data(), cta,
-                                                                                 num_ctas);
+                                                                                 num_ctas, 0, alignment);
     fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB> by_candidate(rows, groups, ends.data(), cta,
-                                                                                      num_ctas);
+                                                                                      num_ctas, 0, alignment);
     fd::Tile t, c;
     int last_group = -1;
     while (by_next.next(t)) {
@@ -540,7 +575,9 @@ void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, uint32
       EXPECT_EQ(t.compute_rows, t.row_limit);
       EXPECT_GT(t.row_limit, 0);
       EXPECT_LE(t.row_limit, BM);
-      EXPECT_EQ(t.row_base % 64, 0) << "a tile starts on a 64-row boundary (TMA boxes of SA: 16-byte aligned)";
+      // A tile starts at its group's start (on the alignment) plus whole tiles: a multiple of 32 rows, so MN-major
+      // SA's TMA box starts 16-byte aligned (a multiple of 4 rows).
+      EXPECT_EQ(t.row_base % std::min(alignment, BM), 0) << "a tile off its group's aligned start";
       ASSERT_GE(t.row_base, 0);
       ASSERT_LE(t.row_base + t.row_limit, rows) << "a tile writes past M_sum";
       ASSERT_LT(t.n_block, NB);
@@ -571,11 +608,11 @@ void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, uint32
 
 /// check_psum with 64-, 128- and 256-row tiles; the error bits, which must be the same for the three.
 template <int NB>
-uint32_t check_psum_all_tiles(const std::vector<int32_t>& ends, int rows, int num_ctas) {
+uint32_t check_psum_all_tiles(const std::vector<int32_t>& ends, int rows, int num_ctas, int alignment = 128) {
   uint32_t bits64 = ~0u, bits128 = ~0u, bits256 = ~0u;
-  check_psum<64, 32, NB>(ends, rows, num_ctas, &bits64);
-  check_psum<128, 192, NB>(ends, rows, num_ctas, &bits128);
-  check_psum<256, 128, NB>(ends, rows, num_ctas, &bits256);
+  check_psum<64, 32, NB>(ends, rows, num_ctas, alignment, &bits64);
+  check_psum<128, 192, NB>(ends, rows, num_ctas, alignment, &bits128);
+  check_psum<256, 128, NB>(ends, rows, num_ctas, alignment, &bits256);
   EXPECT_EQ(bits128, bits64);
   EXPECT_EQ(bits256, bits64);
   return bits64;
@@ -602,6 +639,49 @@ TEST(Scheduler, PsumCoversEveryRowOfEveryGroupOnceAndSkipsPadding) {
       }
     }
   }
+}
+
+TEST(Scheduler, PsumWithSixtyFourAndThirtyTwoRowAlignmentCoversEveryRowOnce) {
+  // Groups starting at multiples of 64 or 32 rows (the run-time alignment): tiles of 64, 128 and 256 rows start at
+  // their group's start, so a tile's first row is on the alignment, not on a multiple of the tile height; every row of
+  // every group is computed once and no padding row is in a tile.
+  std::vector<int> many(256);
+  for (size_t e = 0; e < many.size(); ++e) many[e] = int(e * 37 % 100);
+  for (int alignment : {64, 32}) {
+    for (const std::vector<int>& counts :
+         {std::vector<int>{70, 0, 131}, std::vector<int>{100, 0, 300, 128, 250, 33, 31, 32, 64, 1},
+          std::vector<int>{0, 0, 5}, std::vector<int>{1}, router_counts(2024), many}) {
+      const std::vector<int32_t> ends = psum_ends(counts, alignment);
+      const int used = (ends.back() + alignment - 1) / alignment * alignment;
+      for (int rows : {std::max(ends.back(), 1), used + 96}) {
+        for (int ctas : {1, 3, 132}) {
+          SCOPED_TRACE("alignment " + std::to_string(alignment) + " rows " + std::to_string(rows) + " ctas " +
+                       std::to_string(ctas) + " groups " + std::to_string(ends.size()));
+          EXPECT_EQ((check_psum_all_tiles<3>(ends, rows, ctas, alignment)), 0u);
+          EXPECT_EQ((check_psum_all_tiles<17>(ends, rows, ctas, alignment)), 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(Scheduler, PsumGroupStartsFollowTheAlignment) {
+  // Ends {70, 201}: group 1 holds rows [128, 201) with 128- and 64-row alignment, [96, 201) with 32.
+  const std::vector<int32_t> ends = {70, 201};
+  for (const auto& [alignment, start] : {std::pair{128, 128}, std::pair{64, 128}, std::pair{32, 96}}) {
+    fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, 128, 64, 1> s(256, 2, ends.data(), 0, 1, 0, alignment);
+    fd::Tile t;
+    std::vector<std::tuple<int, int, int>> tiles;  // (group, row_base, row_limit)
+    while (s.next(t)) tiles.emplace_back(t.group, t.row_base, t.row_limit);
+    EXPECT_EQ(tiles, (std::vector<std::tuple<int, int, int>>{{0, 0, 70}, {1, start, 201 - start}})) << alignment;
+    EXPECT_EQ(s.error_bits, 0u);
+  }
+  // Ends written for 32-row alignment ({70, 96, 131}: group 1 empty at 96, group 2 [96, 131)) read with 128: group 1
+  // starts at 128, past its end, which is invalid.
+  const std::vector<int32_t> ends32 = psum_ends({70, 0, 35}, 32);
+  ASSERT_EQ(ends32, (std::vector<int32_t>{70, 96, 131}));
+  EXPECT_EQ((check_psum_all_tiles<2>(ends32, 160, 3, 32)), 0u);
+  EXPECT_EQ((check_psum_all_tiles<2>(ends32, 160, 3, 128)), uint32_t(fd::kErrorGroupEndInvalid));
 }
 
 TEST(Scheduler, PsumTilesOfAGroupAreRasterizedInBands) {
@@ -636,6 +716,12 @@ TEST(Scheduler, PsumInvalidEndsAreClampedFlaggedAndNeverOutOfBounds) {
     SCOPED_TRACE("ends " + std::to_string(ends[0]) + ", ...");
     for (int ctas : {1, 3, 132}) EXPECT_EQ((check_psum_all_tiles<5>(ends, 512, ctas)), uint32_t(fd::kErrorGroupEndInvalid));
   }
+  // With 32-row alignment: an end below its group's start (70 -> 96), past M_sum, or decreasing.
+  for (const std::vector<int32_t>& ends : {std::vector<int32_t>{70, 80}, std::vector<int32_t>{70, 70, 200},
+                                           std::vector<int32_t>{31, 5000}, std::vector<int32_t>{kMax},
+                                           std::vector<int32_t>{300, 200, 400}, std::vector<int32_t>{-1}})
+    for (int ctas : {1, 3, 132})
+      EXPECT_EQ((check_psum_all_tiles<5>(ends, 512, ctas, 32)), uint32_t(fd::kErrorGroupEndInvalid));
   // Valid: empty groups at the aligned start past M_sum (their end is their start), a last group ending at M_sum.
   for (const std::vector<int32_t>& ends : {std::vector<int32_t>{300, 384, 384}, std::vector<int32_t>{512},
                                            std::vector<int32_t>{0, 0, 0}, std::vector<int32_t>{128, 256, 256, 300}})

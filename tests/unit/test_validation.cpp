@@ -292,8 +292,9 @@ struct Psum {
   TensorView d = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {512, 256});
   TensorView ends = TensorView::contiguous(addr(0x60000), DType::kInt32, {4});
   int expected_m = 100;
+  int m_alignment = 128;
   void call() const {
-    finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, expected_m);
+    finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(a, sa, b, sb, d, ends, expected_m, nullptr, m_alignment);
   }
 };
 
@@ -332,6 +333,23 @@ TEST(Validation, PsumBadInputs) {
       {"SA rows", [](Psum& p) { p.sa.shape[0] = 500; }, Error::Kind::kInvalidArgument, "SA must have shape"},
       {"K mismatch", [](Psum& p) { p.b.shape[2] = 256; p.b.strides[1] = 256; p.b.strides[0] = 256 * 256; },
        Error::Kind::kInvalidArgument, "share K"},
+      {"alignment 0", [](Psum& p) { p.m_alignment = 0; }, Error::Kind::kInvalidArgument,
+       "m_alignment (the rows each group's start is a multiple of) must be 128, 64 or 32, got 0"},
+      {"alignment 16", [](Psum& p) { p.m_alignment = 16; }, Error::Kind::kInvalidArgument,
+       "must be 128, 64 or 32, got 16"},
+      {"alignment 96", [](Psum& p) { p.m_alignment = 96; }, Error::Kind::kInvalidArgument,
+       "must be 128, 64 or 32, got 96"},
+      {"alignment 256", [](Psum& p) { p.m_alignment = 256; }, Error::Kind::kInvalidArgument,
+       "must be 128, 64 or 32, got 256"},
+      {"alignment -128", [](Psum& p) { p.m_alignment = -128; }, Error::Kind::kInvalidArgument,
+       "must be 128, 64 or 32, got -128"},
+      {"M_sum near 2^31",
+       [](Psum& p) {
+         const int64_t rows = (int64_t(1) << 31) - 200;
+         p.a.shape[0] = p.sa.shape[0] = p.d.shape[0] = rows;
+         p.sa.strides[1] = rows;
+       },
+       Error::Kind::kInvalidArgument, "M_sum must be below 2^31 - 256 for the psum layout"},
   };
   for (const auto& row : rows) {
     SCOPED_TRACE(row.name);
@@ -351,8 +369,13 @@ TEST(Validation, PsumCallAndItsProblem) {
   EXPECT_EQ(c.expected_m, 100);
   EXPECT_EQ(c.layout, p.ends.data);
   // No hint: M_sum / G rows per group.
+  EXPECT_EQ(c.m_alignment, 128);
   c = finegemm::validate_contiguous_psum(p.a, p.sa, p.b, p.sb, p.d, p.ends, 0);
   EXPECT_EQ(c.expected_m, 128);
+  // 64- and 32-row alignments go to the kernel (GemmArgs::psum_alignment).
+  for (int alignment : {64, 32})
+    EXPECT_EQ(finegemm::validate_contiguous_psum(p.a, p.sa, p.b, p.sb, p.d, p.ends, 0, alignment).m_alignment,
+              alignment);
   // One group: any stride of the one-element ends.
   Psum one;
   one.b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {1, 256, 512});
@@ -376,4 +399,46 @@ TEST(Validation, PsumCallAndItsProblem) {
   q.m = 1000;
   EXPECT_TRUE(finegemm::is_supported(q, &reason)) << reason;
   EXPECT_NE(finegemm::describe_config(q, 132).find("BM="), std::string::npos);
+  // Every alignment the psum layout runs, and no other.
+  for (int alignment : {64, 32}) {
+    q.m_alignment = alignment;
+    EXPECT_TRUE(finegemm::is_supported(q, &reason)) << reason;
+  }
+  q.m_alignment = 48;
+  EXPECT_FALSE(finegemm::is_supported(q, &reason));
+  EXPECT_NE(reason.find("must be 128, 64 or 32, got 48"), std::string::npos) << reason;
+}
+
+TEST(Validation, ContiguousAlignments) {
+  // m_indices: 128 and 64 run (64 on 64-row tiles); 32 is refused, naming what runs it; other values are invalid.
+  const int64_t g = 4, n = 256, k = 512;
+  const TensorView a = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {256, k});
+  const TensorView sa = TensorView::contiguous(addr(0x20000), DType::kFloat32, {256, 4});
+  const TensorView b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {g, n, k});
+  const TensorView sb = TensorView::contiguous(addr(0x40000), DType::kFloat32, {g, 2, 4});
+  const TensorView d = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {256, n});
+  const TensorView idx = TensorView::contiguous(addr(0x60000), DType::kInt32, {256});
+  EXPECT_EQ(finegemm::validate_contiguous(a, sa, b, sb, d, idx).m_alignment, 128);
+  EXPECT_EQ(finegemm::validate_contiguous(a, sa, b, sb, d, idx, 64).m_alignment, 64);
+  expect_error([&] { finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, d, idx, nullptr, 32); },
+               Error::Kind::kUnsupported,
+               "the contiguous layout with m_indices runs with 128- or 64-row alignment (64: on 64-row tiles), got 32; "
+               "32-row alignment runs with the psum layout (group ends, "
+               "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum)");
+  for (int bad : {0, 1, 100, 256})
+    expect_error([&] { finegemm::m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(a, sa, b, sb, d, idx, nullptr, bad); },
+                 Error::Kind::kInvalidArgument, "must be 128, 64 or 32, got " + std::to_string(bad));
+  // The same answers from is_supported.
+  finegemm::Problem q;
+  q.kind = finegemm::GemmKind::kGroupedContiguous;
+  q.num_groups = 8;
+  q.m = 8192;
+  q.n = 4096;
+  q.k = 7168;
+  std::string reason;
+  q.m_alignment = 64;
+  EXPECT_TRUE(finegemm::is_supported(q, &reason)) << reason;
+  q.m_alignment = 32;
+  EXPECT_FALSE(finegemm::is_supported(q, &reason));
+  EXPECT_NE(reason.find("32-row alignment runs with the psum layout"), std::string::npos) << reason;
 }

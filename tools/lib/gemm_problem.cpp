@@ -16,8 +16,6 @@
 namespace finegemm::tools {
 namespace {
 
-constexpr int kContiguousAlignment = 128;
-
 TensorView view(DeviceBuffer& buf, DType dtype, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(buf.get(), dtype, shape);
 }
@@ -85,9 +83,12 @@ std::vector<float> random_c(const uint8_t* a, const float* sa, const uint8_t* b,
 }  // namespace
 
 GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& options)
-    : shape_(shape), c_aliases_d_(options.c_aliases_d), accumulate_(options.accumulate) {
+    : shape_(shape), c_aliases_d_(options.c_aliases_d), accumulate_(options.accumulate),
+      m_alignment_(options.m_alignment) {
   if (shape.wgrad && (shape.kind != GemmKind::kNormal || shape.groups != 1))
     throw std::invalid_argument("a wgrad problem is dense: kind normal, one group, got " + shape.describe());
+  if (m_alignment_ != 128 && m_alignment_ != 64 && m_alignment_ != 32)
+    throw std::invalid_argument("m_alignment is 128, 64 or 32, got " + std::to_string(m_alignment_));
   if (shape.kind == GemmKind::kGroupedK) {
     init_k_grouped(options);
     return;
@@ -111,7 +112,7 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
     }
     if (int(counts.size()) != g) throw std::invalid_argument("expert_rows needs one entry per expert");
     for (int e = 0; e < g; ++e) {
-      const int64_t padded = (counts[size_t(e)] + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment;
+      const int64_t padded = reference::align_up(counts[size_t(e)], m_alignment_);
       for (int64_t r = 0; r < padded; ++r) layout_.push_back(r < counts[size_t(e)] ? e : -1);
     }
     rows_ = int64_t(layout_.size());
@@ -121,7 +122,7 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
       int64_t start = 0;
       for (int e = 0; e < g; ++e) {
         ends.push_back(int32_t(start + counts[size_t(e)]));
-        start = (ends.back() + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment;
+        start = reference::align_up(ends.back(), m_alignment_);
       }
       layout_ = ends;
     }
@@ -304,7 +305,7 @@ void GemmProblem::refresh_row_groups() {
     for (int grp = 0; grp < shape_.groups; ++grp) {
       const int64_t end = std::min<int64_t>(std::max<int64_t>(layout_[size_t(grp)], start), rows_);
       for (int64_t r = start; r < end; ++r) row_group_[size_t(r)] = grp;
-      start = (std::max(end, start) + kContiguousAlignment - 1) / kContiguousAlignment * kContiguousAlignment;
+      start = reference::align_up(std::max(end, start), m_alignment_);
     }
   } else {
     for (int grp = 0; grp < shape_.groups; ++grp) {
@@ -363,13 +364,13 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
     const int64_t g = shape_.groups;
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
                                               view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
-                                              view(layout_buffer, DType::kInt32, {rows_}), s);
+                                              view(layout_buffer, DType::kInt32, {rows_}), s, m_alignment_);
   } else {
     const int64_t g = shape_.groups;
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(va, vsa, view(b, DType::kFloat8E4M3, {g, n, k}),
                                                    view(sb, DType::kFloat32, {g, nb_, kb_}), vd,
                                                    view(layout_buffer, DType::kInt32, {g}),
-                                                   int(std::max<int64_t>(1, shape_.m)), s);
+                                                   int(std::max<int64_t>(1, shape_.m)), s, m_alignment_);
   }
 }
 

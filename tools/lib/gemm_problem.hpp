@@ -30,6 +30,9 @@ struct ProblemOptions {
   std::vector<int> masked_m;          ///< masked: rows per group (default: all M_max)
   std::vector<int> expert_rows;       ///< contiguous, psum: real rows per expert (default: random around m)
   std::vector<int64_t> expert_ks;     ///< kgrouped: tokens (K) per expert, multiples of 128 (default: draw_expert_ks)
+  /// contiguous, psum: each expert's rows start at a multiple of this many rows (128, 64 or 32; the m_indices layout
+  /// runs 128 and 64), passed to the GEMM as its m_alignment
+  int m_alignment = 128;
   int scale_lo_exp = -10, scale_hi_exp = 10;
   /// wgrad: C is D itself (D holds C before each call, as a training step accumulates); false: C in a buffer of its
   /// own, D poisoned before each call.
@@ -53,6 +56,8 @@ class GemmProblem {
   bool row_valid(int64_t row) const { return row_group_[size_t(row)] >= 0; }
   int row_group(int64_t row) const { return row_group_[size_t(row)]; }
   const std::vector<int>& masked_m() const { return masked_m_; }
+  /// contiguous, psum: the row alignment of the experts' starts (ProblemOptions::m_alignment).
+  int m_alignment() const { return m_alignment_; }
 
   bool wgrad() const { return shape_.wgrad; }
   bool k_grouped() const { return shape_.kind == GemmKind::kGroupedK; }
@@ -122,6 +127,7 @@ class GemmProblem {
   bool accumulate_ = true;
   std::vector<int64_t> ks_;          // kgrouped: K_g
   int64_t sum_k_ = 0;
+  int m_alignment_ = 128;
   int64_t rows_ = 0;
   int64_t m_pad_ = 0;
   std::vector<int> masked_m_;

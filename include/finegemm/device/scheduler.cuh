@@ -16,8 +16,10 @@ namespace finegemm::device {
 /// strided tiles meet the skipped padding blocks less evenly.
 inline constexpr int kDefaultRasterBand = 16;
 
-/// Psum layout: group g starts at its previous group's end rounded up to this many rows.
-inline constexpr int32_t kPsumAlignment = 128;
+/// Psum layout: group g starts at its previous group's end rounded up to a multiple of the alignment, a run-time value
+/// (GemmArgs::psum_alignment: 128, 64 or 32; the tiles start at their group's start whatever it is). This one unless
+/// the call says otherwise.
+inline constexpr int32_t kDefaultPsumAlignment = 128;
 
 /// One output tile, as the kernel needs it.
 struct Tile {
@@ -87,20 +89,24 @@ struct TileScheduler {
   int32_t tiles_before_group = 0;  ///< masked, psum: tiles of the groups before `group`
   int32_t group_rows = 0;          ///< masked, psum: valid rows of `group`
   int32_t group_start = 0;         ///< psum: row of `group`'s first row
+  int32_t psum_alignment;          ///< psum: group starts are multiples of this (a power of two)
   int32_t total_k = 0;             ///< K-grouped: the K extent of A and B (sum of the valid K_g)
   int32_t group_k_start = 0;       ///< K-grouped: K_0 + ... + K_{group-1} (invalid K_g counted as 0)
   int32_t group_k = 0;             ///< K-grouped: K_group (0: an empty or invalid group)
   uint32_t error_bits = 0;         ///< kError* bits met while walking (bad m_indices / masked_m / group ends)
 
-  /// `total_k_`: K-grouped only, the K extent of A and B.
+  /// `total_k_`: K-grouped only, the K extent of A and B. `psum_alignment_`: psum only, the row alignment of the
+  /// groups' starts (128, 64 or 32).
   FG_HOST_DEVICE TileScheduler(int32_t num_rows_, int32_t num_groups_, const int32_t* grouped_layout_,
-                               int32_t block_idx, int32_t num_blocks, int32_t total_k_ = 0)
+                               int32_t block_idx, int32_t num_blocks, int32_t total_k_ = 0,
+                               int32_t psum_alignment_ = kDefaultPsumAlignment)
       : num_rows(num_rows_),
         num_groups(num_groups_),
         grouped_layout(grouped_layout_),
         first_tile(block_idx),
         tile_stride(num_blocks),
-        next_tile(block_idx) {
+        next_tile(block_idx),
+        psum_alignment(psum_alignment_) {
     if constexpr (kKind == GemmKind::kGroupedMasked) group_rows = masked_rows(0);
     if constexpr (kKind == GemmKind::kGroupedContiguousPsum) enter_psum_group(0);
     if constexpr (kKind == GemmKind::kGroupedK) {
@@ -134,12 +140,14 @@ struct TileScheduler {
   }
 
   /// Psum layout: makes g (the group after `group`, or 0) the walked group. It starts at the end of the group before
-  /// (as clamped here; 0 for group 0) rounded up to kPsumAlignment, and ends at its entry of the layout. An end before
+  /// (as clamped here; 0 for group 0) rounded up to psum_alignment, and ends at its entry of the layout. An end before
   /// that start (negative ones included; an empty group's end is its start) or past M_sum (for a group with rows) is
   /// invalid: the group keeps the rows that exist, none or up to M_sum, and kErrorGroupEndInvalid is raised. Nothing
   /// is loaded past the last group.
   FG_HOST_DEVICE void enter_psum_group(int32_t g) {
-    group_start = align_up(group_start + group_rows, kPsumAlignment);
+    // A power of two: a mask, not a division. (A start is at most M_sum rounded up, and the host keeps M_sum 256 rows
+    // below 2^31: the sum cannot overflow.)
+    group_start = (group_start + group_rows + psum_alignment - 1) & -psum_alignment;
     group_rows = 0;
     if (g >= num_groups) return;
     const int32_t end = load_layout(g);

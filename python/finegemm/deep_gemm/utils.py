@@ -5,11 +5,11 @@ what DeepGEMM's return: ``(fp8 values, fp32 scales)`` with K-major scales, power
 ``use_ue8m0=True``; ``gran_k`` must be 128 and packed UE8M0 scales (Blackwell's) are refused.
 """
 
-from .._C import get_m_alignment_for_contiguous_layout as get_mk_alignment_for_contiguous_layout
 from .._C import get_tma_aligned_size
 from .._layout import (
     align,
     ceil_div,
+    get_mk_alignment_for_contiguous_layout,
     get_theoretical_mk_alignment_for_contiguous_layout,
     set_mk_alignment_for_contiguous_layout,
 )

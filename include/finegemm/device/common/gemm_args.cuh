@@ -21,8 +21,9 @@ struct GemmArgs {
   uint32_t b_evict_first;     ///< 1: B's tiles are read by few tiles, so B's lines are loaded evict-first (L2)
   uint32_t a_box_rows;        ///< rows of tma_a's box: BLOCK_M, or fewer when A has fewer rows
   uint32_t b_pairs;           ///< 1: B's issuer fills two stages per empty wait (kernels that allow it, see kBPairs)
+  int32_t psum_alignment;     ///< psum layout: each group starts at the previous end rounded up to this (128, 64, 32)
   const float* sb;            ///< [G, NB, KB] fp32
-  const int32_t* grouped_layout;  ///< m_indices (contiguous) or masked_m (masked)
+  const int32_t* grouped_layout;  ///< m_indices (contiguous), masked_m (masked), group ends (psum) or ks (K-grouped)
   const float* sa_k_major;    ///< [rows, KB] fp32 with row stride ld_sa (K-major SA only)
   int64_t ld_sa;              ///< row stride of K-major SA, elements
   // Read later (epilogue, errors).

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
 
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
   typename Cfg::Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK,
-                                    gridDim.x / kSplitK, args.total_k);
+                                    gridDim.x / kSplitK, args.total_k, args.psum_alignment);
   const uint32_t kb_begin = kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0;
 
   // ---- Register reconfiguration, then producer / math --------------------------------------------------
