@@ -4,10 +4,12 @@
 in the current process. Declarations only: every name is a finegemm function with DeepGEMM's signature
 (``finegemm.ops``, ``finegemm._layout``). finegemm runs DeepGEMM's FP8 NT GEMMs as Hopper runs them (fp32 scales
 per 1x128 of a and per 128x128 of b, bf16 out): dense, M-grouped contiguous (with ``m_indices`` or group ends, rows
-aligned as ``set_mk_alignment_for_contiguous_layout`` says) and M-grouped masked. What it has no kernel for (other
-recipes, an accumulator ``c`` on the grouped GEMMs, FP4 operands, UE8M0-packed scales) raises ValueError before
-anything runs; DeepGEMM's other families (BF16, K-grouped, NN/TN/TT, einsum, attention,
-Mega MoE, cuBLASLt) are not here, and asking for one raises AttributeError.
+aligned as ``set_mk_alignment_for_contiguous_layout`` says) and M-grouped masked; and the weight gradients of FP8
+training (both operands per 1x128, fp32 out added into ``d``): dense (``fp8_gemm_nt`` with ``c=d, recipe=(1, 1,
+128)``) and K-grouped (``k_grouped_fp8_gemm_nt_contiguous``). What it has no kernel for (other recipes, an accumulator
+``c`` on the M-grouped GEMMs, FP4 operands, UE8M0-packed scales) raises ValueError before anything runs; DeepGEMM's
+other families (BF16, NN/TN/TT, einsum, attention, Mega MoE, cuBLASLt) are not here, and asking for one raises
+AttributeError.
 """
 
 from .. import __version__ as _finegemm_version
