@@ -136,6 +136,26 @@ void compile_and_check_sass(const std::vector<std::string>& names,
   if (nvdisasm.empty()) GTEST_SKIP() << "SASS content not checked: nvdisasm missing";
 }
 
+/// BLOCK_M of a kernel function name (its fourth template argument: kind, N, K, BLOCK_M, ...).
+int block_m_of(const std::string& kernel_function) {
+  std::stringstream args(kernel_function.substr(kernel_function.find('<') + 1));
+  std::string arg;
+  for (int i = 0; i < 4; ++i) std::getline(args, arg, ',');
+  return std::stoi(arg);
+}
+
+/// Grouped kernels read their layout on the device after the previous kernel: griddepcontrol.wait (ACQBULK) comes
+/// before every global-memory access, and nothing spills.
+void expect_clean_grouped_sass(const std::string& name, const std::string& sass) {
+  EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << name;
+  EXPECT_EQ(sass.find(" LDL"), std::string::npos) << name << " reads local memory";
+  EXPECT_EQ(sass.find(" STL"), std::string::npos) << name << " writes local memory";
+  const size_t wait = sass.find("ACQBULK");
+  ASSERT_NE(wait, std::string::npos) << name;
+  for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
+    EXPECT_LT(wait, sass.find(access)) << name << ": " << access << " before griddepcontrol.wait";
+}
+
 }  // namespace
 
 TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
@@ -550,21 +570,8 @@ TEST(KernelsCompile, ContiguousKernelsOf64RowAlignmentCompileWithoutSpills) {
   std::vector<std::string> names(functions.begin(), functions.end());
   for (const auto& name : names)
     EXPECT_EQ(name.rfind("finegemm::device::sm90_fp8_gemm_kernel<1, ", 0), 0u) << name;
-  for (const auto& name : names) {
-    std::stringstream args(name.substr(name.find('<') + 1));  // kind, N, K, BLOCK_M, ...
-    std::string arg;
-    for (int i = 0; i < 4; ++i) std::getline(args, arg, ',');
-    EXPECT_EQ(std::stoi(arg), 64) << name;
-  }
-  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
-    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
-    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
-    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-    const size_t wait = sass.find("ACQBULK");
-    ASSERT_NE(wait, std::string::npos) << names[i];
-    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
-      EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
-  });
+  for (const auto& name : names) EXPECT_EQ(block_m_of(name), 64) << name;
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) { expect_clean_grouped_sass(names[i], sass); });
 }
 
 // The psum layout's kernels (each group's rows from its end row): every tile height the heuristic picks for it, both
@@ -593,19 +600,8 @@ TEST(KernelsCompile, PsumKernelsCompileWithoutSpills) {
   std::vector<std::string> names(functions.begin(), functions.end());
   for (const auto& name : names) {
     EXPECT_NE(name.find("sm90_fp8_gemm_kernel<3, "), std::string::npos) << name;
-    std::stringstream args(name.substr(name.find('<') + 1));  // kind, N, K, BLOCK_M, ...
-    std::string arg;
-    for (int i = 0; i < 4; ++i) std::getline(args, arg, ',');
-    block_ms.insert(std::stoi(arg));
+    block_ms.insert(block_m_of(name));
   }
   EXPECT_GE(block_ms.size(), 2u) << "the shapes should pick more than one tile height";
-  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
-    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
-    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
-    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-    const size_t wait = sass.find("ACQBULK");
-    ASSERT_NE(wait, std::string::npos) << names[i];
-    for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED"})
-      EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
-  });
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) { expect_clean_grouped_sass(names[i], sass); });
 }
