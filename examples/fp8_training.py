@@ -18,8 +18,10 @@ the training loop hands it to the optimizer (``weight.grad = weight.main_grad``)
 An MoE layer does the same per expert: a bf16 router picks the top-2 of 8 experts per token (router and gating in
 bf16 PyTorch); the token-expert pairs are laid out by expert in finegemm's contiguous layout (each expert's rows from
 a multiple of 128, ``m_indices`` -1 on padding rows); the forward and input-gradient GEMMs of the gate/up and down
-projections are contiguous grouped GEMMs (``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous``) and the weight gradient is
-one ``gemm_fp8_fp8_nt`` per expert over that expert's tokens.
+projections are contiguous grouped GEMMs (``m_grouped_gemm_fp8_fp8_bf16_nt_contiguous``) and the weight gradient of
+all experts is one K-grouped GEMM (``k_grouped_gemm_fp8_fp8_f32_nt``): ``dW[e] += dy_e^T x_e`` over each expert's
+tokens (the K of expert e, its segment of the contiguous layout, a multiple of 128, padding rows zeroed), both operands
+quantized per 1x128 block along the tokens, accumulated in fp32 into the weights' main gradient.
 
 The task: a fixed random teacher (a wider tanh MLP the students cannot match exactly, so that their loss stays well
 above the floor FP8's rounding adds, about 0.2% of the targets' variance) maps random inputs to targets; a student
@@ -29,8 +31,8 @@ steps the relative error ``||g8 - g16|| / ||g16||`` of each FP8 weight gradient 
 weights and batch; the final loss of both on held-out batches. Exits 1 if the final FP8 loss is not within 2% of the
 bf16 one, or if a weight-gradient error exceeds 0.5 (FP8's rounding gives about 0.05 at the start and 0.1-0.2 near the
 end, where the gradient itself is small; a wrong GEMM gives 1 or more).
-The first steps compile the kernels (the weight gradient once per distinct per-expert token count, in multiples of
-128).
+The first steps compile the kernels (the dense weight gradient once per distinct token count, in multiples of 128;
+the K-grouped one reads the experts' token counts on the GPU, they are not compiled in).
 
     python examples/fp8_training.py [--steps 300] [--seed 0] [--model linear|moe|both]
 """
@@ -47,6 +49,7 @@ import finegemm
 
 BF16 = torch.bfloat16
 ALIGN = 128                 # rows per expert segment (contiguous layout); tokens per K block of the weight gradient
+                            # (the K-grouped GEMM takes each expert's K, its segment, in multiples of 128: this ALIGN)
 TOKENS = 1024               # per batch
 DIM = 512                   # the students' input and output width
 HIDDEN = 1024               # the linear student's hidden width
@@ -132,7 +135,9 @@ class FP8Linear(torch.autograd.Function):
 class ExpertLayout:
     """Token-expert pairs grouped by expert: sorted pair i is token ``token[i]``, at row ``row[i]`` of the contiguous
     layout; expert e's rows are ``segments[e] = (begin, end)``, begin a multiple of ALIGN, padding up to the next
-    segment, ``m_indices`` -1 there."""
+    segment, ``m_indices`` -1 there (``padding`` True). ``ks[e]``: expert e's rows with its padding (a multiple of
+    ALIGN, 0 for an expert without tokens), the K of expert e in the K-grouped weight gradient; ``ks_tensor`` the same
+    as int32 on the GPU (the kernel reads it there)."""
 
     def __init__(self, experts, num_experts):
         top_k = experts.shape[1]
@@ -150,12 +155,36 @@ class ExpertLayout:
         self.m_indices = torch.full((self.num_rows,), -1, dtype=torch.int32, device=flat.device)
         for e, (begin, end) in enumerate(self.segments):
             self.m_indices[begin:end] = e
+        self.padding = self.m_indices < 0
+        self.ks = [(count + ALIGN - 1) // ALIGN * ALIGN for count in self.counts]  # sum: num_rows
+        self.ks_tensor = torch.tensor(self.ks, dtype=torch.int32, device=flat.device)
+
+
+def k_grouped_operand(t, layout):
+    """t [rows, C] (bf16, the contiguous layout of ``layout``) -> an operand of the K-grouped weight gradient, whose K
+    is the tokens, expert after expert (expert e's K: ``layout.ks[e]``, its segment with the padding):
+
+    - fp8 values, flat: expert e's ``[C, ks[e]]`` block, row-major (its tokens contiguous), after expert e-1's;
+    - fp32 scales ``[C, rows / 128]``, one per channel and 128 tokens, MN-major (strides ``(1, C)``), expert e's
+      columns after expert e-1's.
+
+    The padding rows are zeroed first (whatever they held: zeros add nothing to the sums and change no amax)."""
+    t = t.masked_fill(layout.padding.unsqueeze(1), 0)
+    # 1x128 blocks along the tokens of each channel: [C, rows] values and [C, rows / 128] MN-major scales. Segments
+    # start at multiples of 128, so each 128-token block lies in one expert: the scales are already in the GEMM's
+    # layout, and these are the values and scales each expert's [C, ks[e]] block alone would get.
+    values, scales = finegemm.per_token_cast_to_fp8(t.t().contiguous())
+    # The values expert by expert: [C, ks[e]] blocks back to back (a copy; a fused quantize-and-transpose kernel would
+    # write them so directly).
+    values = torch.cat([block.reshape(-1) for block in values.split(layout.ks, dim=1)])
+    return values, scales
 
 
 class FP8GroupedLinear(torch.autograd.Function):
     """Per expert e, ``y[r] = x[r] @ weight[e].T`` for the rows r of its segment: x [rows, in] bf16 in the contiguous
-    layout, weight [E, out, in] fp32; padding rows of y (and of dx) are zero. Weight gradient as FP8Linear's, one GEMM
-    per expert over its segment's rows (padding rows are never read)."""
+    layout, weight [E, out, in] fp32; padding rows of y (and of dx) are zero. Weight gradient into ``main_grad`` as
+    FP8Linear's, for all experts in one K-grouped GEMM over their segments' rows (padding rows zeroed first: their
+    values are never used)."""
 
     @staticmethod
     def forward(ctx, x_rows, weight, layout):
@@ -179,9 +208,12 @@ class FP8GroupedLinear(torch.autograd.Function):
             finegemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(finegemm.per_token_cast_to_fp8(dy),
                                                                transposed_fp8(wq, sw), dx, layout.m_indices)
         if ctx.needs_input_grad[1]:
-            grad = main_grad(weight)
-            for e, (begin, end) in enumerate(layout.segments):
-                accumulate_weight_grad(grad[e], dy[begin:end], x_rows[begin:end])
+            grad = main_grad(weight)  # fp32 [E, out, in]
+            if layout.num_rows > 0:
+                # For every expert e, grad[e] += dy_e^T @ x_e over its ks[e] tokens, in one GEMM: M = out, N = in,
+                # K = the tokens (an expert without tokens keeps its gradient).
+                finegemm.k_grouped_gemm_fp8_fp8_f32_nt(k_grouped_operand(dy, layout), k_grouped_operand(x_rows, layout),
+                                                       grad, layout.ks, layout.ks_tensor, accumulate=True)
         return dx, None, None
 
 

@@ -1,7 +1,7 @@
 """examples/fp8_training.py: FP8 training through finegemm ends within 2% of the same training in bf16 (the example,
 run with fewer steps), and its layers' three GEMMs match the dequantized fp64 reference: FP8Linear's forward, input
-gradient and weight gradient accumulated into main_grad, and the same for the grouped expert layer, whose padding rows
-stay zero and are never read by the weight gradient."""
+gradient and weight gradient accumulated into main_grad, and the same for the grouped expert layer (its weight gradient
+one K-grouped GEMM), whose padding rows stay zero and whose padding values no GEMM uses."""
 
 import importlib.util
 import os
@@ -110,7 +110,8 @@ def test_transposed_fp8_weight_is_the_transpose_quantized(example, n, k):
 
 
 def test_fp8_grouped_linear_against_dequantized_reference(example):
-    """Four experts holding 130, 0, 1 and 300 rows; dy is NaN on the padding rows, which no GEMM may read."""
+    """Four experts holding 130, 0, 1 and 300 rows; dy is NaN on the padding rows, whose values no GEMM may use (the
+    K-grouped weight gradient takes each expert's segment with its padding, zeroed first)."""
     seed = fgtest.seed()
     counts, n_in, n_out = [130, 0, 1, 300], 512, 256
     experts = torch.cat([torch.full((c,), e) for e, c in enumerate(counts)])
