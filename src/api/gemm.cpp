@@ -211,7 +211,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   plan->config = heuristics::select_config(problem_of(c), num_sms, ctx.settings().constraints);
   // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
   // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
-  // The gathering kernels have no wide tail (device::gemm_dense_wide_tail): their last row block runs as full tiles.
+  // The gathering kernels have no wide tail (device::gemm_wide_tail): their last row block runs as full tiles.
   if (plan->config.sa_mode == device::kSaKMajorTma &&
       (c.ld_sa % 4 != 0 || reinterpret_cast<uintptr_t>(c.sa) % 16 != 0)) {
     plan->config.sa_mode = device::kSaKMajorGather;

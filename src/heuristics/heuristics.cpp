@@ -111,10 +111,12 @@ int tiled_groups(const Problem& p) {
 /// K=1536 4160x24576x1536 took 256x128 tiles over 128x192 ones, 247.8, 248.4 against 237.9, 237.2.
 constexpr int64_t kWideTailMinK = 2048;
 
-/// Whether the kernel of `c` may run a dense GEMM's last row block as wide tiles (device::gemm_dense_wide_tail).
+/// Whether the kernel of `c` may run a last row block of at most 128 rows as wide tiles (device::gemm_wide_tail): a
+/// dense GEMM's from kWideTailMinK on, each masked or psum group's at any K.
 bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && p.k >= kWideTailMinK &&
-         device::gemm_dense_wide_tail(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.split_k), c.sa_mode);
+  return device::gemm_wide_tail(static_cast<device::GemmKind>(p.kind), uint32_t(c.block_m), uint32_t(c.block_n),
+                                uint32_t(c.split_k), c.sa_mode) &&
+         (p.kind != GemmKind::kNormal || p.k >= kWideTailMinK);
 }
 
 /// The kernel output (device::GemmOutput) of a problem.
@@ -143,15 +145,17 @@ CallBytes call_bytes(const Problem& p) {
 }
 
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
-  const int64_t m_blocks = ceil_div(rows_for_tiles(p), c.block_m);
   const int64_t n_blocks = ceil_div(p.n, c.block_n);
   const int groups = tiled_groups(p);
-  c.num_tiles = std::max<int64_t>(1, m_blocks * n_blocks * groups);
+  // Masked and psum kernels run each group's last block of at most 128 rows as wide tiles wherever they can (the
+  // groups' rows are known only on the device); here every group has p.m rows.
+  c.wide_tail = p.kind != GemmKind::kNormal && wide_tail_allowed(p, c);
+  c.num_tiles = std::max<int64_t>(
+      1, groups * device::gemm_group_tiles<int64_t>(rows_for_tiles(p), n_blocks, c.block_m, c.wide_tail));
   // Split-K: a tile takes both CTAs of a cluster, each over half of K.
   c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid / c.split_k));
-  // A last row block of at most 128 rows as wide tiles, where that saves a round.
-  c.wide_tail = false;
-  if (wide_tail_allowed(p, c)) {
+  // A dense GEMM's last row block of at most 128 rows as wide tiles, where that saves a round.
+  if (p.kind == GemmKind::kNormal && wide_tail_allowed(p, c)) {
     const int64_t wide_tiles = device::gemm_dense_tiles(p.m, n_blocks, uint32_t(c.block_m), true);
     if (ceil_div(wide_tiles, int64_t(c.grid)) < c.num_waves) {
       c.wide_tail = true;

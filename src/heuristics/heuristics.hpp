@@ -49,8 +49,9 @@ struct KernelConfig {
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
-  /// Dense 256x128 tiles: the last row block (at most 128 rows) runs as wide tiles over two n-blocks each, in a kernel
-  /// of its own (device::gemm_dense_wide_tail; score() picks it where it saves a round of tiles).
+  /// 256x128 tiles: a last row block of at most 128 rows (a dense GEMM's; each masked or psum group's) runs as wide
+  /// tiles over two n-blocks each, in a kernel of its own (device::gemm_wide_tail; score() picks it for a dense GEMM
+  /// where it saves a round of tiles, for masked and psum wherever the kernel allows).
   bool wide_tail = false;
   uint32_t sb_mode = 0;        ///< B's scales (device::GemmSbMode): per 128x128 block, or per 1x128 row block
   uint32_t output = 0;         ///< what the kernel writes (device::GemmOutput): bf16, fp32, fp32 plus C

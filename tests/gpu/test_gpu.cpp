@@ -368,6 +368,50 @@ TEST_F(Gpu, GroupedMasked) {
     }
 }
 
+// Masked and psum groups whose last row block holds at most 128 rows run it as wide tiles over two n-blocks (the
+// 256x128 kernels with a wide tail): groups of 0, 1-128 rows, 128 rows past whole blocks, 129-255 past them (full
+// tiles), an odd n-block count (the last n-block of a tail alone), N and rows off the tile. Both SA layouts: K-major
+// SA gathered (psum, 200 rows per group) takes the plain 256x128 kernel.
+TEST_F(Gpu, MaskedAndPsumGroupTailsAsWideTiles) {
+  struct Case {
+    ft::ProblemShape shape;
+    std::vector<int> rows;
+  };
+  const Case cases[] = {
+      {shape(GemmKind::kGroupedMasked, 6, 1400, 1408, 7168), {792, 1292, 100, 0, 1400, 1208}},  // 11 n-blocks
+      {shape(GemmKind::kGroupedContiguousPsum, 8, 200, 4096, 7168), {100, 0, 300, 128, 129, 256, 257, 1}},
+      {shape(GemmKind::kGroupedContiguousPsum, 8, 200, 4224, 7168), {64, 384, 0, 200, 130, 385, 31, 250}},  // 33
+  };
+  std::vector<ft::ProblemShape> shapes;
+  for (const auto& c : cases) shapes.push_back(c.shape);
+  precompile(shapes);
+  const int num_sms = fg::get_num_sms();
+  int i = 0;
+  for (const auto& c : cases)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(3100 + i++);
+      if (c.shape.kind == GemmKind::kGroupedMasked)
+        opt.masked_m = c.rows;
+      else
+        opt.expert_rows = c.rows;
+      ft::GemmProblem p(c.shape, opt);
+      const std::string config = fg::describe_config(ft::problem_of(c.shape, k_major), num_sms);
+      const bool gathered = config.find("k-gather") != std::string::npos;
+      if (num_sms == 132) {
+        EXPECT_NE(config.find("BM=256 BN=128"), std::string::npos) << c.shape.describe() << ": the pick changed: " << config;
+        EXPECT_EQ(config.find("wide-tail") != std::string::npos, !gathered) << config;
+      }
+      fg::reset_device_error_flags();
+      const ft::Verdict v = run_and_check(p, k_major);
+      std::printf("[wide-group-tails] %-36s SA %-8s %-52s %s\n", c.shape.describe().c_str(),
+                  k_major ? "K-major" : "MN-major", config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
+      EXPECT_TRUE(v.ok) << c.shape.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n"
+                        << v.summary;
+      EXPECT_EQ(fg::device_error_flags(), 0u) << c.shape.describe();
+    }
+}
+
 TEST_F(Gpu, MaskedGraphReplayWithNewCounts) {
   const auto s = shape(GemmKind::kGroupedMasked, 4, 256, 2112, 2048);
   ft::ProblemOptions opt;

@@ -172,6 +172,36 @@ TEST(Heuristics, PsumCountsTheTilesOfEachGroupAndKeepsTheContiguousPolicies) {
   EXPECT_EQ(small.num_tiles, 8 * ((4096 + small.block_n - 1) / small.block_n));
 }
 
+TEST(Heuristics, MaskedAndPsumTake256RowTilesWithAWideTail) {
+  // Each group's last block of at most 128 rows runs as wide tiles wherever the kernel allows (256x128 tiles, SA not
+  // gathered): the groups' rows are known only on the device. The model counts every group as p.m rows: 300 rows are a
+  // full block and a 44-row tail, one tile per pair of the 32 n-blocks.
+  for (GemmKind kind : {GemmKind::kGroupedMasked, GemmKind::kGroupedContiguousPsum})
+    for (bool k_major : {false, true})
+      for (int64_t rows : {300, 1024, 1100}) {
+        Problem p = masked(6, rows, 4096, 7168);
+        p.kind = kind;
+        p.m_max = kind == GemmKind::kGroupedMasked ? rows : 0;
+        p.sa_k_major = k_major;
+        int wide_256 = 0;
+        for (const auto& cand : fh::enumerate_candidates(p, 132)) {
+          const auto& c = cand.config;
+          if (!cand.rejected.empty()) continue;
+          SCOPED_TRACE(c.describe());
+          const bool wide = c.block_m == 256 && c.sa_mode != finegemm::device::kSaKMajorGather;
+          EXPECT_EQ(c.wide_tail, wide);
+          wide_256 += wide;
+          const int64_t n_blocks = (4096 + c.block_n - 1) / c.block_n;
+          EXPECT_EQ(c.num_tiles, 6 * finegemm::device::gemm_group_tiles<int64_t>(rows, n_blocks, c.block_m, wide));
+          if (wide) EXPECT_NE(c.kernel_function().find(", 1u, true>"), std::string::npos) << c.kernel_function();
+          if (wide) EXPECT_NE(c.describe().find("wide-tail"), std::string::npos);
+        }
+        // The one 256x128 candidate, unless K-major SA is gathered (few rows).
+        EXPECT_EQ(wide_256, fh::sa_mode_for(p) == finegemm::device::kSaKMajorGather ? 0 : 1) << rows << " " << k_major;
+      }
+  EXPECT_EQ(finegemm::device::gemm_group_tiles<int64_t>(300, 32, 256, true), 32 + 16);
+}
+
 TEST(Heuristics, ContiguousAlignedTo64RowsTakesOnly64RowTiles) {
   // m_indices with experts aligned to 64 rows: a 128- or 256-row block may hold two experts' starts, which those tiles
   // cannot compute, so every other tile height is rejected, with its reason, whatever M_sum, N and K (the 128-aligned

@@ -97,8 +97,10 @@ void expect_clean_log(const std::string& name, const fj::KernelBinary& b) {
 }
 
 /// The kernel function of an unclustered GEMM of `kind` with N=7168, the given tile, K, stages and SA mode.
-std::string kernel_with_sa_mode(GemmKind kind, int block_m, int block_n, int64_t k, int stages, uint32_t sa_mode) {
+std::string kernel_with_sa_mode(GemmKind kind, int block_m, int block_n, int64_t k, int stages, uint32_t sa_mode,
+                                bool wide_tail = false) {
   finegemm::heuristics::KernelConfig c;
+  c.wide_tail = wide_tail;
   c.kind = kind;
   c.n = 7168;
   c.k = k;
@@ -393,14 +395,21 @@ TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
   // kernel reads SB by every thread and the grouped ones by lane 0 and a shuffle (each measured faster so), which
   // costs 8 instructions a K block (the dense loop: 165 with lane
   // 0, 157 without): allowed on top for that tile.
+  // The masked and psum 256x128 kernels with a wide tail (each group's last block of at most 128 rows as wide tiles,
+  // a K loop of their own) keep the plain K loops too.
   constexpr size_t kLane0SbInstructions = 8;
   const std::vector<std::pair<int, int>> tiles = {{128, 192}, {256, 128}};
-  const GemmKind kinds[] = {GemmKind::kNormal, GemmKind::kGroupedContiguous, GemmKind::kGroupedMasked,
-                            GemmKind::kGroupedContiguousPsum};
+  const GemmKind kinds[] = {GemmKind::kNormal,          GemmKind::kGroupedContiguous,     GemmKind::kGroupedMasked,
+                            GemmKind::kGroupedContiguousPsum, GemmKind::kGroupedMasked, GemmKind::kGroupedContiguousPsum};
   constexpr size_t kNumKinds = std::size(kinds);
   std::vector<std::string> names;
   for (const auto& [bm, bn] : tiles)
-    for (GemmKind kind : kinds) names.push_back(kernel_of(kind, bm, bn, bm == 128 ? 2048 : 7168, bm == 128 ? 4 : 3));
+    for (size_t g = 0; g < kNumKinds; ++g) {
+      const int64_t k = bm == 128 ? 2048 : 7168;
+      const bool wide_tail = g >= 4 && bm == 256;
+      names.push_back(wide_tail ? kernel_with_sa_mode(kinds[g], bm, bn, k, 3, finegemm::device::kSaMnMajor, true)
+                                : kernel_of(kinds[g], bm, bn, k, bm == 128 ? 4 : 3));
+    }
   const auto binaries = compile_all(names);
   ASSERT_FALSE(HasFailure());
   const std::string nvdisasm = finegemm::test::find_nvdisasm();

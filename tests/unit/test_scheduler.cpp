@@ -155,13 +155,18 @@ TEST(Scheduler, DenseTailOfAtMostHalfATileRunsAsWideTiles) {
         EXPECT_EQ(v.first_row, 4096 - 4032);
       }
   EXPECT_EQ(narrow_tail, 1);
-  // Only 256x128 tiles without split-K and without gathered K-major SA have wide tails.
-  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, fd::kSaMnMajor));
-  EXPECT_TRUE(fd::gemm_dense_wide_tail(256, 128, 1, fd::kSaKMajorTma));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 1, fd::kSaKMajorGather));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 128, 2, fd::kSaMnMajor));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(128, 128, 1, fd::kSaMnMajor));
-  EXPECT_FALSE(fd::gemm_dense_wide_tail(256, 112, 1, fd::kSaMnMajor));
+  // Only 256x128 tiles without split-K and without gathered K-major SA have wide tails, of the dense, masked and psum
+  // kinds.
+  for (fd::GemmKind kind : {fd::GemmKind::kNormal, fd::GemmKind::kGroupedMasked, fd::GemmKind::kGroupedContiguousPsum}) {
+    EXPECT_TRUE(fd::gemm_wide_tail(kind, 256, 128, 1, fd::kSaMnMajor));
+    EXPECT_TRUE(fd::gemm_wide_tail(kind, 256, 128, 1, fd::kSaKMajorTma));
+    EXPECT_FALSE(fd::gemm_wide_tail(kind, 256, 128, 1, fd::kSaKMajorGather));
+    EXPECT_FALSE(fd::gemm_wide_tail(kind, 256, 128, 2, fd::kSaMnMajor));
+    EXPECT_FALSE(fd::gemm_wide_tail(kind, 128, 128, 1, fd::kSaMnMajor));
+    EXPECT_FALSE(fd::gemm_wide_tail(kind, 256, 112, 1, fd::kSaMnMajor));
+  }
+  EXPECT_FALSE(fd::gemm_wide_tail(fd::GemmKind::kGroupedContiguous, 256, 128, 1, fd::kSaMnMajor));  // wide halves
+  EXPECT_FALSE(fd::gemm_wide_tail(fd::GemmKind::kGroupedK, 256, 128, 1, fd::kSaMnMajor));
 }
 
 TEST(Scheduler, RasterizationKeepsAWaveInABandOfN) {
@@ -414,6 +419,57 @@ TEST(Scheduler, CandidateWalkKeepsExactlyTheTilesOfNext) {
   });
 }
 
+TEST(Scheduler, MaskedGroupTailsOfAtMostHalfATileRunAsWideTiles) {
+  // 256x128 tiles with a wide tail: a group's last row block of at most 128 rows (a group of so few rows is that block
+  // alone) runs after the group's full tiles as one wide tile per pair of n-blocks (an odd n-block count leaves the
+  // last n-block narrow); a last block of 129-255 rows, and every block without a wide tail, one n-block at a time.
+  // Every valid row of every group is written once per n-block, and the tile count is the heuristic's
+  // (gemm_group_tiles).
+  const int m_max = 1400;
+  const std::vector<int32_t> masked = {0, 1, 128, 129, 256, 257, 384, 300, 1000, 1292, 1400, 792};
+  for (int ctas : {1, 3, 132}) {
+    const auto check = [&](auto visits, int nb, int bm, bool wide_tails) {
+      std::vector<int> written(size_t(masked.size()) * m_max * size_t(nb), 0);
+      int tiles = 0;
+      for (const auto& cta : visits)
+        for (const auto& v : cta) {
+          ++tiles;
+          const int rows = masked[size_t(v.group)];
+          EXPECT_EQ(v.row_base, v.group * m_max + v.m_block * bm);
+          EXPECT_EQ(v.row_limit, std::min(bm, rows - v.m_block * bm));
+          EXPECT_EQ(v.compute_rows, v.row_limit);
+          const bool half_last = rows % bm != 0 && rows % bm <= bm / 2 && v.m_block == rows / bm;
+          EXPECT_EQ(v.wide, wide_tails && half_last && v.n_block + 1 < nb) << "group " << v.group << " m_block "
+                                                                             << v.m_block << " n_block " << v.n_block;
+          if (wide_tails && half_last) EXPECT_EQ(v.n_block % 2, 0);
+          for (int n = v.n_block; n <= v.n_block + int(v.wide); ++n)
+            for (int r = 0; r < v.row_limit; ++r)
+              ++written[(size_t(v.group) * m_max + size_t(v.m_block * bm + r)) * size_t(nb) + size_t(n)];
+        }
+      int expected_tiles = 0;
+      for (size_t g = 0; g < masked.size(); ++g) {
+        expected_tiles += fd::gemm_group_tiles<int>(masked[g], nb, bm, wide_tails);
+        for (int r = 0; r < m_max; ++r)
+          for (int n = 0; n < nb; ++n)
+            ASSERT_EQ(written[(g * m_max + size_t(r)) * size_t(nb) + size_t(n)], r < masked[g] ? 1 : 0)
+                << "group " << g << " row " << r << " n_block " << n << " ctas " << ctas;
+      }
+      EXPECT_EQ(tiles, expected_tiles);
+    };
+    using fd::GemmKind;
+    check(walk<GemmKind::kGroupedMasked, 256, 128, 48, true>(m_max, int(masked.size()), masked.data(), ctas), 48, 256,
+          true);
+    check(walk<GemmKind::kGroupedMasked, 256, 128, 7, true>(m_max, int(masked.size()), masked.data(), ctas), 7, 256,
+          true);
+    check(walk<GemmKind::kGroupedMasked, 256, 128, 7, false>(m_max, int(masked.size()), masked.data(), ctas), 7, 256,
+          false);
+    check(walk<GemmKind::kGroupedMasked, 128, 192, 5>(m_max, int(masked.size()), masked.data(), ctas), 5, 128, false);
+  }
+  // A group of 792 rows (3 full blocks and 24 rows) over 48 n-blocks: 144 full tiles and 24 wide ones, not 192.
+  EXPECT_EQ(fd::gemm_group_tiles<int>(792, 48, 256, true), 3 * 48 + 24);
+  EXPECT_EQ(fd::gemm_group_tiles<int>(792, 48, 256, false), 4 * 48);
+}
+
 TEST(Scheduler, MaskedVisitsOnlyValidRowsOfEachGroup) {
   const int m_max = 200;
   for (int ctas : {1, 3, 132}) {
@@ -540,10 +596,10 @@ std::vector<int32_t> psum_ends(const std::vector<int>& counts, int alignment = 1
 
 /// Walks every CTA of a psum kernel of BM x BN tiles over NB n-blocks and checks that each row of each group is in
 /// exactly one tile per n-block, as that group's row; that no tile holds a row of no group, reaches past the group's
-/// end or past `rows`; and that next() and the candidate walk (which the math and scale warps use) agree, with no
-/// candidate without work. Sets `bits` to the error bits of the walks (the same in every CTA). Groups start at
-/// multiples of `alignment` rows.
-template <int BM, int BN, int NB>
+/// end or past `rows`; that only a group's last block of at most half a tile is wide, and only with 256x128 tiles;
+/// and that next() and the candidate walk (which the math and scale warps use) agree, with no candidate without work.
+/// Sets `bits` to the error bits of the walks (the same in every CTA). Groups start at multiples of `alignment` rows.
+template <int BM, int BN, int NB, bool kWideTail = false>
 void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, int alignment, uint32_t* bits) {
   bool invalid = false;
   const std::vector<int> row_group = psum_row_groups(ends, rows, alignment, &invalid);
@@ -552,10 +608,9 @@ void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, int al
   std::set<uint32_t> error_bits;
   int num_tiles = 0;
   for (int cta = 0; cta < num_ctas; ++cta) {
-    fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB> by_next(rows, groups, ends.data(), cta,
-                                                                                 num_ctas, 0, alignment);
-    fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB> by_candidate(rows, groups, ends.data(), cta,
-                                                                                      num_ctas, 0, alignment);
+    using Scheduler = fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, BM, BN, NB, kWideTail>;
+    Scheduler by_next(rows, groups, ends.data(), cta, num_ctas, 0, alignment);
+    Scheduler by_candidate(rows, groups, ends.data(), cta, num_ctas, 0, alignment);
     fd::Tile t, c;
     int last_group = -1;
     while (by_next.next(t)) {
@@ -566,11 +621,19 @@ void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, int al
       EXPECT_EQ(c.n_block, t.n_block);
       EXPECT_EQ(c.group, t.group);
       EXPECT_EQ(c.row_limit, t.row_limit);
+      EXPECT_EQ(c.wide, t.wide);
       ++num_tiles;
       EXPECT_GE(t.group, last_group) << "a CTA's groups only move forward";
       last_group = t.group;
       EXPECT_FALSE(t.check_rows);
-      EXPECT_FALSE(t.wide);
+      if (t.wide) {
+        EXPECT_TRUE(kWideTail);
+        EXPECT_LE(t.row_limit, BM / 2) << "a wide tile holds at most half a tile's rows";
+        EXPECT_EQ(t.n_block % 2, 0);
+        ASSERT_LT(t.n_block + 1, NB);
+        // Its group ends inside it.
+        EXPECT_TRUE(t.row_base + t.row_limit == rows || row_group[size_t(t.row_base + t.row_limit)] != t.group);
+      }
       EXPECT_EQ(t.first_row, 0);
       EXPECT_EQ(t.compute_rows, t.row_limit);
       EXPECT_GT(t.row_limit, 0);
@@ -585,7 +648,7 @@ void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, int al
       ASSERT_LT(t.group, groups);
       for (int r = t.row_base; r < t.row_base + t.row_limit; ++r) {
         ASSERT_EQ(row_group[size_t(r)], t.group) << "row " << r << " is not group " << t.group << "'s";
-        ++covered[size_t(r) * NB + size_t(t.n_block)];
+        for (int n = t.n_block; n <= t.n_block + int(t.wide); ++n) ++covered[size_t(r) * NB + size_t(n)];
       }
     }
     bool has_work = true;
@@ -599,22 +662,26 @@ void check_psum(const std::vector<int32_t>& ends, int rows, int num_ctas, int al
   // Only the blocks of the groups' rows are tiles: padding costs no candidate.
   int expected_tiles = 0;
   for (int g = 0; g < groups; ++g)
-    expected_tiles += int((std::count(row_group.begin(), row_group.end(), g) + BM - 1) / BM) * NB;
+    expected_tiles += fd::gemm_group_tiles<int>(int(std::count(row_group.begin(), row_group.end(), g)), NB, BM,
+                                                kWideTail);
   EXPECT_EQ(num_tiles, expected_tiles);
   EXPECT_EQ(error_bits.size(), 1u) << "every CTA walks every group";
   *bits = *error_bits.begin();
   EXPECT_EQ(*bits, invalid ? uint32_t(fd::kErrorGroupEndInvalid) : 0u);
 }
 
-/// check_psum with 64-, 128- and 256-row tiles; the error bits, which must be the same for the three.
+/// check_psum with 64-, 128- and 256-row tiles (with and without a wide tail); the error bits, which must be the same
+/// for all.
 template <int NB>
 uint32_t check_psum_all_tiles(const std::vector<int32_t>& ends, int rows, int num_ctas, int alignment = 128) {
-  uint32_t bits64 = ~0u, bits128 = ~0u, bits256 = ~0u;
+  uint32_t bits64 = ~0u, bits128 = ~0u, bits256 = ~0u, bits256_wide = ~0u;
   check_psum<64, 32, NB>(ends, rows, num_ctas, alignment, &bits64);
   check_psum<128, 192, NB>(ends, rows, num_ctas, alignment, &bits128);
   check_psum<256, 128, NB>(ends, rows, num_ctas, alignment, &bits256);
+  check_psum<256, 128, NB, true>(ends, rows, num_ctas, alignment, &bits256_wide);
   EXPECT_EQ(bits128, bits64);
   EXPECT_EQ(bits256, bits64);
+  EXPECT_EQ(bits256_wide, bits64);
   return bits64;
 }
 

@@ -3,7 +3,8 @@
 // A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
 // shares a few rows of A and a band of B in L2. Dense and contiguous GEMMs tile the 2D view as one group; the masked
-// and psum layouts walk their groups one after another, each group's tiles rasterized alone.
+// and psum layouts walk their groups one after another, each group's tiles rasterized alone (with 256x128 tiles, a
+// group's last block of at most 128 rows after them, as wide tiles over two n-blocks).
 #pragma once
 
 #include "finegemm/device/common/gemm_layout.cuh"
@@ -56,11 +57,17 @@ struct TileScheduler {
   /// with 34.2 waves of tiles, the slowest CTA runs 34.65 instead of 35 tiles. Measured on an H100: the two K=7168
   /// contiguous seed draws 0.5-0.7% faster.
   static constexpr bool kTailHalves = kWideHalves && kNumNBlocks % 2 == 0;
-  /// kWideTail (dense 256x128 tiles, gemm_dense_wide_tail): with M > 256 and M mod 256 in 1..128, the last row block
+  /// kWideTail (256x128 tiles, gemm_wide_tail), dense: with M > 256 and M mod 256 in 1..128, the last row block
   /// is 128 rows moved up to end at row M, walked after all full tiles as wide tiles over n-blocks 2p and 2p + 1 (an
   /// unpaired last n-block alone). Each holds a full tile's work, so the round robin stays even.
-  static_assert(!kWideTail || (kKind == GemmKind::kNormal && BLOCK_M == 256 && BLOCK_N == 128),
-                "wide tails: dense 256x128 tiles");
+  static_assert(!kWideTail || ((kKind == GemmKind::kNormal || kKind == GemmKind::kGroupedMasked ||
+                                 kKind == GemmKind::kGroupedContiguousPsum) &&
+                                BLOCK_M == 256 && BLOCK_N == 128),
+                "wide tails: dense, masked and psum 256x128 tiles");
+  /// kWideTail, masked and psum: a group's last row block of at most 128 rows is walked after the group's full tiles
+  /// as wide tiles over n-blocks 2p and 2p + 1 (an unpaired last n-block alone).
+  static constexpr bool kWideGroupTails =
+      kWideTail && (kKind == GemmKind::kGroupedMasked || kKind == GemmKind::kGroupedContiguousPsum);
   static constexpr bool kWideTiles = kWideHalves || kWideTail;
   /// Masked, psum and K-grouped layouts: the groups are walked one after another (next_masked).
   static constexpr bool kWalksGroups = kKind == GemmKind::kGroupedMasked ||
@@ -394,16 +401,27 @@ struct TileScheduler {
   /// group after group. Padding (rows past masked_m, or between a psum group's end and the next group's start) is in
   /// no tile: it costs no candidate and no load. A psum tile ends at its group's end (row_limit), so the epilogue
   /// writes no row past it. K-grouped: every group with K_g > 0 has the M x N tiles of D[g] (rows g * M + .. of the
-  /// [G * M, N] view), over its own K blocks; groups with K_g == 0 have none.
+  /// [G * M, N] view), over its own K blocks; groups with K_g == 0 have none. kWideGroupTails: a group's last block of
+  /// at most 128 rows comes after its full tiles, one wide tile per pair of n-blocks (gemm_group_tiles).
   FG_HOST_DEVICE bool next_masked(Tile& tile) {
     const int32_t t = next_tile;
     // Walk forward to the group holding tile t (tiles of a CTA only move forward): one load per group passed.
     while (group < num_groups) {
-      const int32_t num_m_blocks = ceil_div(group_rows, BLOCK_M);
-      const int32_t group_tiles = num_m_blocks * kNumNBlocks;
+      // Row blocks walked one n-block at a time (rasterized): all of them, or all but a wide tail.
+      const bool wide_tail = kWideGroupTails && gemm_has_half_last_block<int32_t>(group_rows, BLOCK_M);
+      const int32_t num_m_blocks = wide_tail ? group_rows / BLOCK_M : ceil_div(group_rows, BLOCK_M);
+      const int32_t group_tiles = num_m_blocks * kNumNBlocks + (wide_tail ? (kNumNBlocks + 1) / 2 : 0);
       if (t < tiles_before_group + group_tiles) {
         next_tile += tile_stride;
-        rasterize(t - tiles_before_group, num_m_blocks, tile.m_block, tile.n_block);
+        const int32_t i = t - tiles_before_group;
+        tile.wide = false;
+        if (i < num_m_blocks * kNumNBlocks) {
+          rasterize(i, num_m_blocks, tile.m_block, tile.n_block);
+        } else {
+          tile.m_block = num_m_blocks;
+          tile.n_block = 2 * (i - num_m_blocks * kNumNBlocks);
+          tile.wide = tile.n_block + 1 < kNumNBlocks;
+        }
         tile.group = group;
         if constexpr (kKind == GemmKind::kGroupedContiguousPsum)
           tile.row_base = group_start + tile.m_block * BLOCK_M;

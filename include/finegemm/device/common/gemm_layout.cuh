@@ -162,21 +162,27 @@ FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_
 /// grouped GEMMs with 256-row tiles, whose contiguous blocks split between two experts and masked groups' last rows
 /// make such tiles (with only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one: 1.2%
 /// slower on an H100 with 8 experts of 4224 rows; two 128-row boxes for every tile made full tiles ~1% slower), and
-/// dense kernels with gemm_dense_wide_tail, for their last row block.
+/// dense kernels with a wide tail (gemm_wide_tail), for their last row block.
 FG_HOST_DEVICE constexpr bool gemm_has_a_half_box(bool grouped, uint32_t block_m, bool dense_wide_tail) {
   return block_m == 256 && (grouped || dense_wide_tail);
 }
 
-/// Whether a dense kernel may run a last row block of at most 128 rows (M > 256, M mod 256 in 1..128) as wide tiles:
-/// 128 rows moved up to end at row M, times two adjacent n-blocks (the kernel's and TileScheduler's kWideTail).
-/// Otherwise such a block runs as full 256-row tiles moved up to end at row M, twice the work of its rows, which can
-/// take one more round of tiles than M rounded down (H100: 4160x7168x16384 756.8 us against 674.4 at M=4096, 694.9
-/// with wide tiles). 256x128 tiles without split-K: the tiles of the contiguous layout's wide halves. Not with K-major
-/// SA gathered by the scale warp: ptxas then spills the tile walk's position (N=7168, K=16384). A separate
-/// instantiation, which the heuristic picks only where it saves a round (KernelConfig::wide_tail).
-FG_HOST_DEVICE constexpr bool gemm_dense_wide_tail(uint32_t block_m, uint32_t block_n, uint32_t split_k,
-                                                   uint32_t sa_mode) {
-  return block_m == 256 && block_n == 128 && split_k == 1 && sa_mode != kSaKMajorGather;
+/// Whether a kernel may run a last row block of at most 128 rows as wide tiles, times two adjacent n-blocks each (the
+/// kernel's and TileScheduler's kWideTail):
+/// - dense: M > 256 and M mod 256 in 1..128, the last block 128 rows moved up to end at row M. Otherwise such a block
+///   runs as full 256-row tiles moved up to end at row M, twice the work of its rows, which can take one more round
+///   of tiles than M rounded down (H100: 4160x7168x16384 756.8 us against 674.4 at M=4096, 694.9 with wide tiles).
+///   The heuristic picks it only where it saves a round (KernelConfig::wide_tail).
+/// - masked and psum: each group's last block of at most 128 rows (gemm_has_half_last_block), which otherwise runs
+///   one n-block at a time with its second wave skipped, about 0.65 of a full tile's time for half its work. The
+///   groups' rows are known only on the device: the heuristic picks it wherever the kernel allows.
+/// 256x128 tiles without split-K: the tiles of the contiguous layout's wide halves. Not with K-major SA gathered by
+/// the scale warp: ptxas then spills the tile walk's position (dense N=7168 K=16384; psum N=4096 K=7168). A separate
+/// instantiation from the plain kernel.
+FG_HOST_DEVICE constexpr bool gemm_wide_tail(GemmKind kind, uint32_t block_m, uint32_t block_n, uint32_t split_k,
+                                             uint32_t sa_mode) {
+  return (kind == GemmKind::kNormal || kind == GemmKind::kGroupedMasked || kind == GemmKind::kGroupedContiguousPsum) &&
+         block_m == 256 && block_n == 128 && split_k == 1 && sa_mode != kSaKMajorGather;
 }
 
 /// Whether `rows` (M) ends in a last row block of at most half a tile and is not that block alone: the block a wide
@@ -187,8 +193,25 @@ FG_HOST_DEVICE constexpr bool gemm_has_short_last_block(Int rows, Int block_m) {
   return rows > block_m && rows % block_m != 0 && rows % block_m <= block_m / 2;
 }
 
+/// Whether a group of `rows` rows ends in a row block of at most half a tile (a group of so few rows is that block
+/// alone): the block that masked and psum kernels with a wide tail run as wide tiles. (Any signed integer type: the scheduler's
+/// walk does this in 32 bits.)
+template <class Int>
+FG_HOST_DEVICE constexpr bool gemm_has_half_last_block(Int rows, Int block_m) {
+  return rows % block_m != 0 && rows % block_m <= block_m / 2;
+}
+
+/// Tiles of one masked or psum group of `rows` rows over `n_blocks` n-blocks: its row blocks times the n-blocks,
+/// except that with a wide tail (gemm_wide_tail) a half last block (gemm_has_half_last_block) takes one tile per pair
+/// of n-blocks (an unpaired last n-block: a narrow one).
+template <class Int>
+FG_HOST_DEVICE constexpr Int gemm_group_tiles(Int rows, Int n_blocks, Int block_m, bool wide_tail) {
+  if (wide_tail && gemm_has_half_last_block<Int>(rows, block_m)) return rows / block_m * n_blocks + (n_blocks + 1) / 2;
+  return (rows + block_m - 1) / block_m * n_blocks;
+}
+
 /// Tiles of a dense GEMM of `rows` rows and `n_blocks` n-blocks: full row blocks times the n-blocks, and with a wide
-/// tail (gemm_dense_wide_tail and gemm_has_short_last_block) one tile per pair of n-blocks for the last block (an
+/// tail (gemm_wide_tail and gemm_has_short_last_block) one tile per pair of n-blocks for the last block (an
 /// unpaired last n-block: a narrow one).
 FG_HOST_DEVICE constexpr int64_t gemm_dense_tiles(int64_t rows, int64_t n_blocks, uint32_t block_m, bool wide_tail) {
   const int64_t full = rows / block_m;

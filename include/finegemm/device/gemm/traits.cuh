@@ -24,7 +24,8 @@ struct GemmTraits {
   /// partial sums to the first through distributed shared memory, and the first stores the tile.
   static constexpr uint32_t kSplitK = kSplit;
   static constexpr uint32_t kClusterSize = kSplit;
-  /// Dense 256x128 kernels that run a last row block of at most 128 rows as wide tiles (TileScheduler's kWideTail).
+  /// 256x128 kernels that run a last row block of at most 128 rows as wide tiles (gemm_wide_tail; TileScheduler's
+  /// kWideTail): a dense GEMM's last block, each masked or psum group's last block.
   static constexpr bool kWideTail = kWide;
   /// B's scales (GemmSbMode) and the output (GemmOutput).
   static constexpr uint32_t kSbMode = kSb;
@@ -101,8 +102,8 @@ struct GemmTraits {
   using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kWideTail>;
   /// Contiguous 256-row kernels run a half (at most 128 rows) as a wide tile over two n-blocks (Tile::wide): A
   /// through the 128-row box into the first half of the A stage, the second n-block's B into the other half. Its wave
-  /// 1 is the same rows times that B, with the second SB block's scale, stored 128 columns to the right. Dense 256x128
-  /// kernels with kWideTail run a last row block of at most 128 rows so.
+  /// 1 is the same rows times that B, with the second SB block's scale, stored 128 columns to the right. Kernels with
+  /// kWideTail run a last row block (dense) or each group's last block (masked, psum) of at most 128 rows so.
   static constexpr bool kWideTiles = Scheduler::kWideTiles;
   static constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
   /// B's issuer may fill two stages per empty wait (GemmArgs::b_pairs, set on the host where the call streams B):

@@ -43,9 +43,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                 "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
   static_assert(kSaMode <= kSaKMajorTma, "SA read as GemmSaMode says");
-  static_assert(!kWideTail || (kKind == int(GemmKind::kNormal) &&
-                               gemm_dense_wide_tail(BLOCK_M, BLOCK_N, kSplitK, kSaMode)),
-                "wide tails: dense 256x128 kernels as gemm_dense_wide_tail says");
+  static_assert(!kWideTail || gemm_wide_tail(GemmKind(kKind), BLOCK_M, BLOCK_N, kSplitK, kSaMode),
+                "wide tails: dense, masked and psum 256x128 kernels as gemm_wide_tail says");
   static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddToD, "B's scales and the output as GemmSbMode and "
                 "GemmOutput say");
   static_assert(kOutput == kOutBf16 || (!kWideTail && !(kKind == int(GemmKind::kGroupedContiguous) && BLOCK_M == 256)),
