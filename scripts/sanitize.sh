@@ -47,8 +47,8 @@ cli_cases() {
 }
 if [ -x "$BUILD/finegemm" ]; then
   # The 256-row kernel, which the suite's small cases never pick: contiguous shapes forced to 256x128 tiles whose
-  # router-like draws hold wide tiles (a block's 128-row half over two n-blocks), and masked tiles of at most 128 rows
-  # (the K loop of one wave).
+  # router-like draws hold wide tiles (a block's 128-row half over two n-blocks), and masked and psum groups of at most
+  # 128 rows (wide tiles with SA by TMA; with gathered SA the K loop of one wave).
   cli_cases wide "256-row wide and one-wave tiles" bm=256,bn=128 tests/sanitizer/wide-tiles.csv
   # Half batches (BLOCK_N=192, more than 4 K blocks: two commit groups per K block), one tile over two SB blocks;
   # grouped shapes, which have no cuBLASLt baseline (racecheck reports hazards inside cuBLASLt's own kernel).
