@@ -32,6 +32,13 @@ constexpr const char* kGemmHeader = "finegemm/device/kernels/sm90_fp8_gemm.cuh";
 constexpr const char* kGemmParameters = "(const __grid_constant__ finegemm::device::GemmArgs)";
 // The SM count a query assumes without a GPU: an H100 SXM's (H800 and H200 have as many).
 constexpr int kDefaultNumSms = 132;
+// The descriptors each CTA of a K-grouped GEMM rewrites per group (GemmArgs::k_grouped_maps): A's two, then B's two.
+constexpr int64_t kKGroupedMapsPerCta = 4;
+
+/// Bytes of the K-grouped workspace for a grid of `num_ctas` CTAs.
+int64_t k_grouped_workspace_bytes_for(int num_ctas) {
+  return int64_t(num_ctas) * kKGroupedMapsPerCta * int64_t(sizeof(device::TmaDescriptor));
+}
 
 jit::KernelSpec gemm_spec(const KernelConfig& config) {
   jit::KernelSpec spec;
@@ -78,17 +85,32 @@ struct LaunchPlan {
   KernelConfig config;
 };
 
-void encode_2d(CUtensorMap* map, CUtensorMapDataType dtype, const void* base, uint64_t inner, uint64_t outer,
+void encode_2d(device::TmaDescriptor& map, CUtensorMapDataType dtype, const void* base, uint64_t inner, uint64_t outer,
                uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer, CUtensorMapSwizzle swizzle,
                const char* what) {
   const cuuint64_t dims[2] = {inner, outer};
   const cuuint64_t strides[1] = {row_stride_bytes};
   const cuuint32_t box[2] = {box_inner, box_outer};
   const cuuint32_t element_strides[2] = {1, 1};
-  check_cu(driver().cuTensorMapEncodeTiled(map, dtype, 2, const_cast<void*>(base), dims, strides, box,
-                                           element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+  check_cu(driver().cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&map), dtype, 2, const_cast<void*>(base),
+                                           dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
            what);
+}
+
+/// An fp8 operand (A or B) as [rows, K] with `row_stride_bytes` between rows: boxes of (BLOCK_K, box_rows), 128B
+/// swizzle.
+void encode_fp8_operand(device::TmaDescriptor& map, const void* base, uint64_t k, uint64_t rows,
+                        uint64_t row_stride_bytes, uint32_t box_rows, const char* what) {
+  encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, k, rows, row_stride_bytes, device::kBlockK, box_rows,
+            CU_TENSOR_MAP_SWIZZLE_128B, what);
+}
+
+/// MN-major fp32 scales as [K blocks, MN] with `ld` floats between K blocks: a box of one K block's `box_mn` scales.
+void encode_mn_major_scales(device::TmaDescriptor& map, const void* base, uint64_t mn, uint64_t k_blocks, int64_t ld,
+                            uint32_t box_mn, const char* what) {
+  encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, mn, k_blocks, uint64_t(ld) * 4, box_mn, 1,
+            CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
 
 CUtensorMapSwizzle swizzle_for_bytes(uint32_t bytes) {
@@ -100,13 +122,13 @@ CUtensorMapSwizzle swizzle_for_bytes(uint32_t bytes) {
   }
 }
 
-/// How many clusters of `cfg` the device runs at once (at least 1).
-int max_active_clusters(CUfunction function, const KernelConfig& cfg) {
-  CUlaunchAttribute cluster{};
-  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  cluster.value.clusterDim.x = uint32_t(cfg.cluster_size());
-  cluster.value.clusterDim.y = 1;
-  cluster.value.clusterDim.z = 1;
+/// The attributes a launch may carry: the cluster dimension and programmatic dependent launch.
+using LaunchAttributes = std::array<CUlaunchAttribute, 2>;
+
+/// How `cfg`'s kernel launches: grid, block, dynamic shared memory, the cluster dimension (clusters of more than one
+/// CTA) and, with `pdl`, programmatic dependent launch. The launch and the occupancy query both take it from here;
+/// `attrs` holds the attributes the returned configuration points to.
+CUlaunchConfig launch_config(const KernelConfig& cfg, bool pdl, CUstream stream, LaunchAttributes& attrs) {
   CUlaunchConfig config{};
   config.gridDimX = uint32_t(cfg.grid);
   config.gridDimY = 1;
@@ -115,8 +137,27 @@ int max_active_clusters(CUfunction function, const KernelConfig& cfg) {
   config.blockDimY = 1;
   config.blockDimZ = 1;
   config.sharedMemBytes = uint32_t(cfg.smem_bytes);
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  config.hStream = stream;
+  unsigned num_attrs = 0;
+  // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
+  if (cfg.cluster_size() > 1) {
+    CUlaunchAttribute& a = attrs[num_attrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = uint32_t(cfg.cluster_size());
+    a.value.clusterDim.y = 1;
+    a.value.clusterDim.z = 1;
+  }
+  if (pdl) num_attrs += set_pdl_attribute(attrs[num_attrs]);
+  config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
+  config.numAttrs = num_attrs;
+  return config;
+}
+
+/// How many clusters of `cfg` (clusters of more than one CTA) the device runs at once (at least 1).
+int max_active_clusters(CUfunction function, const KernelConfig& cfg) {
+  LaunchAttributes attrs{};
+  // NOTE: no PDL attribute: PDL orders launches on a stream, it does not change what fits on an SM.
+  const CUlaunchConfig config = launch_config(cfg, /*pdl=*/false, nullptr, attrs);
   int clusters = 0;
   check_cu(driver().cuOccupancyMaxActiveClusters(&clusters, function, &config), "cuOccupancyMaxActiveClusters");
   return std::max(1, clusters);
@@ -153,31 +194,79 @@ Problem problem_of(const GemmCall& c) {
   return p;
 }
 
-/// K-grouped: the descriptors and arguments (the A and B descriptors are templates each CTA rewrites per group).
-void build_k_grouped_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
+/// Rows of A's box: BLOCK_M, or with fewer rows than one tile only those, rounded up to the 8-row unit of the 128B
+/// swizzle. NOTE: a box reaching far past A's last row is slow (up to 28% of the GEMM on an H100).
+uint32_t a_box_rows(int64_t rows, const KernelConfig& cfg) {
+  return uint32_t(std::min<int64_t>(cfg.block_m, (rows + 7) / 8 * 8));
+}
+
+/// The dense and M-grouped kernels' input descriptors: A (and its half box), B, SA (unless gathered), SB (1x128).
+void encode_inputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs& args) {
+  const uint64_t kb = uint64_t((c.k + 127) / 128);
+  args.a_box_rows = a_box_rows(c.a_rows, cfg);
+  encode_fp8_operand(args.tma_a, c.a, uint64_t(c.k), uint64_t(c.a_rows), uint64_t(c.lda), args.a_box_rows,
+                     "cuTensorMapEncodeTiled(A)");
+  if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), cfg.wide_tail))
+    encode_fp8_operand(args.tma_a_half, c.a, uint64_t(c.k), uint64_t(c.a_rows), uint64_t(c.lda),
+                       std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2), "cuTensorMapEncodeTiled(A, half box)");
+  encode_fp8_operand(args.tma_b, c.b, uint64_t(c.k), uint64_t(c.n * c.num_groups), uint64_t(c.k),
+                     uint32_t(cfg.block_n), "cuTensorMapEncodeTiled(B)");
+  if (!c.sa_k_major) {
+    // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
+    const bool masked = c.kind == GemmKind::kGroupedMasked;
+    encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(masked ? c.rows : c.a_rows),
+                           kb * uint64_t(masked ? c.num_groups : 1), c.ld_sa, uint32_t(cfg.block_m),
+                           "cuTensorMapEncodeTiled(SA)");
+  } else if (cfg.sa_mode == device::kSaKMajorTma) {
+    // K-major SA: [rows of the 2D view of A, KB] with row stride ld_sa; a box of 4 K blocks x the tile's rows.
+    encode_2d(args.tma_sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, kb, uint64_t(c.a_rows), uint64_t(c.ld_sa) * 4,
+              device::gemm_sa_row_floats(cfg.sa_mode), uint32_t(cfg.block_m), CU_TENSOR_MAP_SWIZZLE_NONE,
+              "cuTensorMapEncodeTiled(SA, K-major)");
+  }
+  // 1x128 SB, MN-major: [KB, N_pad] with row stride ld_sb.
+  if (c.sb_per_row)
+    encode_mn_major_scales(args.tma_sb, c.sb, uint64_t(c.n), kb, c.ld_sb, uint32_t(cfg.block_n),
+                           "cuTensorMapEncodeTiled(SB, 1x128)");
+}
+
+/// The K-grouped kernel's input descriptors. A and B are templates each CTA rewrites per group: A_g and B_g as
+/// [rows, K_g] with row stride K_g bytes, here K_g = 128 until a CTA replaces address, K extent and stride. SA
+/// [sum KB, M] and SB [sum KB, N] hold every group's K blocks.
+void encode_k_grouped_inputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs& args) {
   const uint64_t sum_kb = uint64_t(c.k / 128);
-  args.a_box_rows = uint32_t(std::min<int64_t>(cfg.block_m, (c.rows + 7) / 8 * 8));
-  // A_g and B_g as [rows, K_g] with row stride K_g bytes: here K_g = 128 stands in until a CTA replaces address, K
-  // extent and stride.
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, device::kBlockK,
-            uint64_t(c.rows), device::kBlockK, device::kBlockK, args.a_box_rows, CU_TENSOR_MAP_SWIZZLE_128B,
-            "cuTensorMapEncodeTiled(A, K-grouped template)");
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, device::kBlockK,
-            uint64_t(c.n), device::kBlockK, device::kBlockK, uint32_t(cfg.block_n), CU_TENSOR_MAP_SWIZZLE_128B,
-            "cuTensorMapEncodeTiled(B, K-grouped template)");
-  // SA [sum KB, M] and SB [sum KB, N], MN-major: a box of the tile's row (column) scales of one K block.
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(c.rows),
-            sum_kb, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
-            "cuTensorMapEncodeTiled(SA, K-grouped)");
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sb), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sb, uint64_t(c.n), sum_kb,
-            uint64_t(c.ld_sb) * 4, uint32_t(cfg.block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
-            "cuTensorMapEncodeTiled(SB, K-grouped)");
-  // D as [G * M, N] fp32, reduced into by TMA.
-  const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), 4);
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.d, uint64_t(c.n),
-            uint64_t(c.a_rows), uint64_t(c.ld_d) * 4, slab_cols, device::kWarpgroupRows,
-            swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), 4)), "cuTensorMapEncodeTiled(D)");
-  const int64_t workspace_bytes = int64_t(cfg.grid) * 4 * int64_t(sizeof(device::TmaDescriptor));
+  args.a_box_rows = a_box_rows(c.rows, cfg);
+  encode_fp8_operand(args.tma_a, c.a, device::kBlockK, uint64_t(c.rows), device::kBlockK, args.a_box_rows,
+                     "cuTensorMapEncodeTiled(A, K-grouped template)");
+  encode_fp8_operand(args.tma_b, c.b, device::kBlockK, uint64_t(c.n), device::kBlockK, uint32_t(cfg.block_n),
+                     "cuTensorMapEncodeTiled(B, K-grouped template)");
+  encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(c.rows), sum_kb, c.ld_sa, uint32_t(cfg.block_m),
+                         "cuTensorMapEncodeTiled(SA, K-grouped)");
+  encode_mn_major_scales(args.tma_sb, c.sb, uint64_t(c.n), sum_kb, c.ld_sb, uint32_t(cfg.block_n),
+                         "cuTensorMapEncodeTiled(SB, K-grouped)");
+}
+
+/// D (and C, where it is another tensor than D) as [rows of the 2D view of A, N] in the epilogue's slabs: bf16 or
+/// fp32 boxes of (slab columns, 64 rows), swizzled like the shared tile. K-grouped: D as [G * M, N] fp32, reduced
+/// into by TMA.
+void encode_outputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs& args) {
+  const uint32_t out_bytes = device::gemm_out_bytes(cfg.output);
+  const CUtensorMapDataType out_type =
+      out_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), out_bytes);
+  const CUtensorMapSwizzle out_swizzle =
+      swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), out_bytes));
+  auto encode = [&](device::TmaDescriptor& map, const void* base, int64_t ld, const char* what) {
+    encode_2d(map, out_type, base, uint64_t(c.n), uint64_t(c.a_rows), uint64_t(ld) * out_bytes, slab_cols,
+              device::kWarpgroupRows, out_swizzle, what);
+  };
+  encode(args.tma_d, c.d, c.ld_d, "cuTensorMapEncodeTiled(D)");
+  if (c.c != nullptr && c.c != c.d) encode(args.tma_c, c.c, c.ld_c, "cuTensorMapEncodeTiled(C)");
+}
+
+/// K-grouped: the workspace of the CTAs' descriptors (the caller's, or the device's kept by the context) and the
+/// flat A and B each CTA addresses per group.
+void set_k_grouped_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
+  const int64_t workspace_bytes = k_grouped_workspace_bytes_for(cfg.grid);
   CUdeviceptr workspace = reinterpret_cast<CUdeviceptr>(c.workspace);
   if (workspace == 0) {
     workspace = Context::instance().k_grouped_workspace(device, workspace_bytes);
@@ -189,19 +278,38 @@ void build_k_grouped_args(const GemmCall& c, const KernelConfig& cfg, int device
   args.a_base = static_cast<const uint8_t*>(c.a);
   args.b_base = static_cast<const uint8_t*>(c.b);
   args.total_k = int32_t(c.k);
-  args.sb = static_cast<const float*>(c.sb);
-  args.sa_k_major = nullptr;
-  args.d = static_cast<uint8_t*>(c.d);
-  args.grouped_layout = static_cast<const int32_t*>(c.layout);
-  args.error_flags = reinterpret_cast<uint32_t*>(Context::instance().error_flags(device));
-  args.ld_sa = c.ld_sa;
-  args.ld_d = c.ld_d;
+}
+
+/// The pointers and scalars of every kernel. K-grouped calls have MN-major SA, and their configs never pair B's
+/// stages (heuristics::b_pairs_allowed): sa_k_major is null and b_pairs 0 there.
+void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
   args.num_rows = int32_t(c.rows);
   args.num_a_rows = int32_t(c.a_rows);
   args.num_groups = c.num_groups;
   args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
-  args.b_pairs = 0;
+  args.b_pairs = cfg.b_pairs ? 1u : 0u;
+  args.psum_alignment = c.m_alignment;
+  args.sb = static_cast<const float*>(c.sb);
+  args.grouped_layout = static_cast<const int32_t*>(c.layout);
+  args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
+  args.ld_sa = c.ld_sa;
+  args.d = static_cast<uint8_t*>(c.d);
+  args.error_flags = reinterpret_cast<uint32_t*>(Context::instance().error_flags(device));
+  args.ld_d = c.ld_d;
   args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
+}
+
+/// The kernel's arguments: the descriptors in the order A, B, SA, SB, D, C; then the K-grouped workspace; then the
+/// pointers and scalars (with the error flags).
+void build_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
+  const bool k_grouped = c.kind == GemmKind::kGroupedK;
+  if (k_grouped)
+    encode_k_grouped_inputs(c, cfg, args);
+  else
+    encode_inputs(c, cfg, args);
+  encode_outputs(c, cfg, args);
+  if (k_grouped) set_k_grouped_args(c, cfg, device, args);
+  set_common_args(c, cfg, device, args);
 }
 
 std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sms) {
@@ -228,100 +336,14 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n", kind_name(c.kind),
                  static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
                  cfg.describe().c_str());
-
-  device::GemmArgs& args = plan->args;
-  args.psum_alignment = c.m_alignment;
-  if (c.kind == GemmKind::kGroupedK) {
-    build_k_grouped_args(c, cfg, device, args);
-    return plan;
-  }
-  const int64_t kb = (c.k + 127) / 128;
-  // A box reaching far past A's last row is slow (up to 28% of the GEMM on an H100): with fewer rows than one tile,
-  // the box covers only those, rounded up to the 8-row unit of the 128B swizzle.
-  args.a_box_rows = uint32_t(cfg.block_m);
-  if (c.a_rows < cfg.block_m) args.a_box_rows = uint32_t((c.a_rows + 7) / 8 * 8);
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
-            uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, args.a_box_rows,
-            CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A)");
-  if (device::gemm_has_a_half_box(c.kind != GemmKind::kNormal, uint32_t(cfg.block_m), cfg.wide_tail))
-    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_a_half), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.a, uint64_t(c.k),
-              uint64_t(c.a_rows), uint64_t(c.lda), device::kBlockK, std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2),
-              CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(A, half box)");
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_b), CU_TENSOR_MAP_DATA_TYPE_UINT8, c.b, uint64_t(c.k),
-            uint64_t(c.n * c.num_groups), uint64_t(c.k), device::kBlockK, uint32_t(cfg.block_n),
-            CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(B)");
-  if (!c.sa_k_major) {
-    // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
-    const uint64_t sa_rows_per_group = uint64_t(c.kind == GemmKind::kGroupedMasked ? c.rows : c.a_rows);
-    const uint64_t sa_outer = uint64_t(kb) * uint64_t(c.kind == GemmKind::kGroupedMasked ? c.num_groups : 1);
-    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, sa_rows_per_group,
-              sa_outer, uint64_t(c.ld_sa) * 4, uint32_t(cfg.block_m), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
-              "cuTensorMapEncodeTiled(SA)");
-  } else if (cfg.sa_mode == device::kSaKMajorTma) {
-    // K-major SA: [rows of the 2D view of A, KB] with row stride ld_sa; a box of 4 K blocks x the tile's rows.
-    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sa), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(kb),
-              uint64_t(c.a_rows), uint64_t(c.ld_sa) * 4, device::gemm_sa_row_floats(cfg.sa_mode),
-              uint32_t(cfg.block_m), CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, K-major)");
-  }
-  if (c.sb_per_row) {
-    // 1x128 SB, MN-major: [KB, N_pad] with row stride ld_sb; a box of the tile's BLOCK_N column scales.
-    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_sb), CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sb, uint64_t(c.n),
-              uint64_t(kb), uint64_t(c.ld_sb) * 4, uint32_t(cfg.block_n), 1, CU_TENSOR_MAP_SWIZZLE_NONE,
-              "cuTensorMapEncodeTiled(SB, 1x128)");
-  }
-  // D (and C) in the epilogue's slabs: bf16 or fp32 boxes of (slab columns, 64 rows), swizzled like the shared tile.
-  const uint32_t out_bytes = device::gemm_out_bytes(cfg.output);
-  const CUtensorMapDataType out_type =
-      out_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), out_bytes);
-  const CUtensorMapSwizzle out_swizzle =
-      swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), out_bytes));
-  encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_d), out_type, c.d, uint64_t(c.n), uint64_t(c.a_rows),
-            uint64_t(c.ld_d) * out_bytes, slab_cols, device::kWarpgroupRows, out_swizzle, "cuTensorMapEncodeTiled(D)");
-  if (c.c != nullptr && c.c != c.d)
-    encode_2d(reinterpret_cast<CUtensorMap*>(&args.tma_c), out_type, c.c, uint64_t(c.n), uint64_t(c.a_rows),
-              uint64_t(c.ld_c) * out_bytes, slab_cols, device::kWarpgroupRows, out_swizzle,
-              "cuTensorMapEncodeTiled(C)");
-  args.sb = static_cast<const float*>(c.sb);
-  args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
-  args.d = static_cast<uint8_t*>(c.d);
-  args.grouped_layout = static_cast<const int32_t*>(c.layout);
-  args.error_flags = reinterpret_cast<uint32_t*>(ctx.error_flags(device));
-  args.ld_sa = c.ld_sa;
-  args.ld_d = c.ld_d;
-  args.num_rows = int32_t(c.rows);
-  args.num_a_rows = int32_t(c.a_rows);
-  args.num_groups = c.num_groups;
-  args.b_evict_first = cfg.b_evict_first ? 1u : 0u;
-  args.b_pairs = cfg.b_pairs ? 1u : 0u;
-  args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
+  build_args(c, cfg, device, plan->args);
   return plan;
 }
 
 void launch(const LaunchPlan& plan, Stream stream) {
-  const KernelConfig& cfg = plan.config;
-  CUlaunchConfig config{};
-  config.gridDimX = uint32_t(cfg.grid);
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
-  config.blockDimX = uint32_t(cfg.num_threads);
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = uint32_t(cfg.smem_bytes);
-  config.hStream = reinterpret_cast<CUstream>(stream);
-  std::array<CUlaunchAttribute, 2> attrs{};
-  unsigned num_attrs = 0;
-  // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
-  if (cfg.cluster_size() > 1) {
-    CUlaunchAttribute& a = attrs[num_attrs++];
-    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    a.value.clusterDim.x = uint32_t(cfg.cluster_size());
-    a.value.clusterDim.y = 1;
-    a.value.clusterDim.z = 1;
-  }
-  if (Context::instance().pdl()) num_attrs += set_pdl_attribute(attrs[num_attrs]);
-  config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
-  config.numAttrs = num_attrs;
+  LaunchAttributes attrs{};
+  const CUlaunchConfig config =
+      launch_config(plan.config, Context::instance().pdl(), reinterpret_cast<CUstream>(stream), attrs);
   void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
   check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
 }
@@ -405,7 +427,7 @@ void k_grouped_gemm_fp8_fp8_f32_nt(const TensorView& a, const TensorView& sa, co
 
 int64_t k_grouped_workspace_bytes(int num_sms) {
   if (num_sms <= 0) num_sms = jit::driver_available() ? get_num_sms() : kDefaultNumSms;
-  return int64_t(num_sms) * 4 * int64_t(sizeof(device::TmaDescriptor));
+  return k_grouped_workspace_bytes_for(num_sms);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,

@@ -646,3 +646,24 @@ TEST(Heuristics, KGroupedRunsEveryMultipleOfEightRows) {
     EXPECT_EQ(c.block_m, 128) << m;
   }
 }
+
+// The K-grouped kernel never pairs B's stages (its kBPairs is false): no pick pairs them, even when forced, so the
+// arguments the launch fills from the config (GemmArgs::b_pairs) hold 0 for it.
+TEST(Heuristics, KGroupedNeverPairsBStages) {
+  for (int64_t m : {8, 128, 4096}) {
+    for (int64_t n : {256, 7168}) {
+      Problem q;
+      q.kind = GemmKind::kGroupedK;
+      q.num_groups = 4;
+      q.m = m;
+      q.n = n;
+      q.k = 1024;
+      q.sb_per_row = true;
+      q.d_dtype = finegemm::DType::kFloat32;
+      q.accumulate = true;
+      q.c_is_d = true;
+      EXPECT_FALSE(fh::select_config(q, 132).b_pairs) << m << "x" << n;
+      EXPECT_FALSE(fh::select_config(q, 132, fh::parse_constraints("bpairs=1")).b_pairs) << m << "x" << n;
+    }
+  }
+}
