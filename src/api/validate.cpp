@@ -125,10 +125,6 @@ void check_out_2d(const TensorView& d, int64_t rows, int64_t n, const char* fn, 
   *ld = d.strides[0];
 }
 
-void check_d_2d(const TensorView& d, int64_t rows, int64_t n, const char* fn, int64_t* ld_d) {
-  check_out_2d(d, rows, n, fn, "D", DType::kBFloat16, ld_d);
-}
-
 void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, const char* fn) {
   expect_tensor(b, fn, "B", DType::kFloat8E4M3, 3);
   *groups = int(b.shape[0]);
@@ -187,9 +183,10 @@ void check_problem(const Problem& p) {
 
 namespace {
 
-/// A [rows, K] and SA [rows, KB] of the 2D kinds (normal, contiguous); needs c.n and c.k set.
-void check_activations_2d(const TensorView& a, const TensorView& sa, const char* fn, const char* sa_shape,
-                          GemmCall& c) {
+/// A [rows, K], SA [rows, KB] and D [rows, N] of the 2D kinds (normal, dense, contiguous); needs c.n, c.k and
+/// c.d_dtype set.
+void check_activations_2d(const TensorView& a, const TensorView& sa, const TensorView& d, const char* fn,
+                          const char* sa_shape, GemmCall& c) {
   c.rows = c.a_rows = a.shape[0];
   FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", K of B is ", c.k));
   check_n_k(c.n, c.k, fn);
@@ -199,16 +196,53 @@ void check_activations_2d(const TensorView& a, const TensorView& sa, const char*
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, kb, fn, &c.sa_k_major);
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(sa.data, 16, fn, "SA");
-  c.a = a.data;
-  c.sa = sa.data;
+  check_out_2d(d, c.rows, c.n, fn, "D", c.d_dtype, &c.ld_d);
 }
 
-/// A [rows, K], SA [rows, KB] and a bf16 D [rows, N] of the 2D kinds (normal, contiguous); needs c.n and c.k set.
-void check_activations_2d(const TensorView& a, const TensorView& sa, const TensorView& d, const char* fn,
-                          const char* sa_shape, GemmCall& c) {
-  check_activations_2d(a, sa, fn, sa_shape, c);
-  check_d_2d(d, c.rows, c.n, fn, &c.ld_d);
+/// The dense kinds' A [M, K], SA [M, KB], B [N, K] and D [M, N] of `d_dtype`, once the types of A, B and SA are
+/// checked: everything but the scales of B (and C).
+GemmCall check_dense_operands(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& d,
+                              DType d_dtype, const char* fn) {
+  GemmCall c;
+  c.kind = GemmKind::kNormal;
+  c.d_dtype = d_dtype;
+  c.n = b.shape[0];
+  c.k = b.shape[1];
+  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
+  check_activations_2d(a, sa, d, fn, "[M, ceil(K/128)]", c);
+  FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
+  return c;
+}
+
+/// The contiguous grouped GEMM, whether its groups are given by m_indices or by their ends: the row alignment, A
+/// [M_sum, K], SA [M_sum, KB], B [G, N, K], SB [G, NB, KB], D [M_sum, N] and the type of the layout tensor (its shape
+/// is each layout's own).
+GemmCall check_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                          const TensorView& d, const TensorView& layout, const char* layout_name, GemmKind kind,
+                          int m_alignment, const char* fn) {
+  check_m_alignment(m_alignment, kind, fn);
+  expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
+  expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
+  expect_tensor(layout, fn, layout_name, DType::kInt32, 1);
+  GemmCall c;
+  c.kind = kind;
+  c.m_alignment = m_alignment;
+  check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
+  check_activations_2d(a, sa, d, fn, "[M_sum, ceil(K/128)]", c);
+  check_sb(sb, c.num_groups, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, true);
+  return c;
+}
+
+/// The call's tensors, set once every check has passed; `layout` is the grouped kinds' m_indices, group ends,
+/// masked_m or ks_device.
+void set_tensors(GemmCall& c, const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
+                 const TensorView& d, const void* layout = nullptr) {
+  c.a = a.data;
+  c.sa = sa.data;
+  c.b = b.data;
+  c.sb = sb.data;
   c.d = d.data;
+  c.layout = layout;
 }
 
 }  // namespace
@@ -219,17 +253,10 @@ GemmCall validate_normal(const TensorView& a, const TensorView& sa, const Tensor
   expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
   expect_tensor(b, fn, "B", DType::kFloat8E4M3, 2);
   expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
-  GemmCall c;
-  c.kind = GemmKind::kNormal;
-  c.n = b.shape[0];
-  c.k = b.shape[1];
-  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
-  check_activations_2d(a, sa, d, fn, "[M, ceil(K/128)]", c);
-  FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
+  GemmCall c = check_dense_operands(a, sa, b, d, DType::kBFloat16, fn);
   check_sb(sb, 1, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, false);
   expect_aligned(b.data, 16, fn, "B");
-  c.b = b.data;
-  c.sb = sb.data;
+  set_tensors(c, a, sa, b, sb, d);
   return c;
 }
 
@@ -241,16 +268,7 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
   expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
   FG_EXPECT(d.dtype == DType::kBFloat16 || d.dtype == DType::kFloat32, fn,
             detail::concat("D must be bfloat16 or float32, got ", d.describe()));
-  GemmCall c;
-  c.kind = GemmKind::kNormal;
-  c.d_dtype = d.dtype;
-  c.n = b.shape[0];
-  c.k = b.shape[1];
-  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
-  check_activations_2d(a, sa, fn, "[M, ceil(K/128)]", c);
-  check_out_2d(d, c.rows, c.n, fn, "D", d.dtype, &c.ld_d);
-  c.d = d.data;
-  FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
+  GemmCall c = check_dense_operands(a, sa, b, d, d.dtype, fn);
   const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
   expect_tensor(sb, fn, "SB", DType::kFloat32, 2);
   c.sb_per_row = sb.shape[0] == c.n;
@@ -292,31 +310,19 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
     c.c = cv.data;
   }
   expect_aligned(b.data, 16, fn, "B");
-  c.b = b.data;
-  c.sb = sb.data;
+  set_tensors(c, a, sa, b, sb, d);
   return c;
 }
 
 GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                              const TensorView& d, const TensorView& m_indices, int m_alignment) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous";
-  check_m_alignment(m_alignment, GemmKind::kGroupedContiguous, fn);
-  expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
-  expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
-  expect_tensor(m_indices, fn, "m_indices", DType::kInt32, 1);
-  GemmCall c;
-  c.kind = GemmKind::kGroupedContiguous;
-  check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
-  check_activations_2d(a, sa, d, fn, "[M_sum, ceil(K/128)]", c);
-  check_sb(sb, c.num_groups, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, true);
+  GemmCall c = check_contiguous(a, sa, b, sb, d, m_indices, "m_indices", GemmKind::kGroupedContiguous, m_alignment, fn);
   FG_EXPECT(m_indices.shape[0] == c.rows && m_indices.strides[0] == 1, fn,
             detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
                            m_indices.describe()));
   expect_aligned(m_indices.data, 4, fn, "m_indices");
-  c.m_alignment = m_alignment;
-  c.b = b.data;
-  c.sb = sb.data;
-  c.layout = m_indices.data;
+  set_tensors(c, a, sa, b, sb, d, m_indices.data);
   return c;
 }
 
@@ -324,15 +330,8 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
                                   const TensorView& d, const TensorView& group_ends, int expected_m,
                                   int m_alignment) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum";
-  check_m_alignment(m_alignment, GemmKind::kGroupedContiguousPsum, fn);
-  expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
-  expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
-  expect_tensor(group_ends, fn, "group_ends", DType::kInt32, 1);
-  GemmCall c;
-  c.kind = GemmKind::kGroupedContiguousPsum;
-  check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
-  check_activations_2d(a, sa, d, fn, "[M_sum, ceil(K/128)]", c);
-  check_sb(sb, c.num_groups, ceil_div(c.n, 128), ceil_div(c.k, 128), fn, true);
+  GemmCall c =
+      check_contiguous(a, sa, b, sb, d, group_ends, "group_ends", GemmKind::kGroupedContiguousPsum, m_alignment, fn);
   // The kernel rounds group starts up in 32-bit rows (at most M_sum + 254 before the rounding).
   FG_EXPECT(c.rows <= kMaxDim - 256, fn,
             detail::concat("M_sum must be below 2^31 - 256 for the psum layout, got M_sum=", c.rows));
@@ -345,10 +344,7 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
                            expected_m));
   // No hint: the rows spread evenly over the groups.
   c.expected_m = expected_m > 0 ? expected_m : std::max<int64_t>(1, ceil_div(c.rows, c.num_groups));
-  c.m_alignment = m_alignment;
-  c.b = b.data;
-  c.sb = sb.data;
-  c.layout = group_ends.data;
+  set_tensors(c, a, sa, b, sb, d, group_ends.data);
   return c;
 }
 
@@ -427,15 +423,10 @@ GemmCall validate_k_grouped(const TensorView& a, const TensorView& sa, const Ten
   c.ld_d = n;
   c.sb_per_row = true;
   c.d_dtype = DType::kFloat32;
-  c.a = a.data;
-  c.sa = sa.data;
-  c.b = b.data;
-  c.sb = sb.data;
-  c.d = d.data;
+  set_tensors(c, a, sa, b, sb, d, ks_device.data);
   c.c = d.data;
   c.ld_c = n;
   c.zero_d = !accumulate;
-  c.layout = ks_device.data;
   return c;
 }
 
@@ -487,12 +478,7 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   expect_aligned(sa.data, 16, fn, "SA");
   expect_aligned(d.data, 16, fn, "D");
   expect_aligned(masked_m.data, 4, fn, "masked_m");
-  c.a = a.data;
-  c.sa = sa.data;
-  c.b = b.data;
-  c.sb = sb.data;
-  c.d = d.data;
-  c.layout = masked_m.data;
+  set_tensors(c, a, sa, b, sb, d, masked_m.data);
   return c;
 }
 
