@@ -370,15 +370,18 @@ TEST_F(Gpu, GroupedMasked) {
 
 // Masked and psum groups whose last row block holds at most 128 rows run it as wide tiles over two n-blocks (the
 // 256x128 kernels with a wide tail): groups of 0, 1-128 rows, 128 rows past whole blocks, 129-255 past them (full
-// tiles), an odd n-block count (the last n-block of a tail alone), N and rows off the tile. Both SA layouts: K-major
-// SA gathered (psum, 200 rows per group) takes the plain 256x128 kernel.
+// tiles), an odd n-block count (the last n-block of a tail alone), N and rows off the tile. Tiles whose second math
+// warpgroup has no rows in a wave pass it its turns only: 1-64 rows in a wide tail, 129-192 in a full tile (184, 192;
+// 193 computes the wave). Both SA layouts: K-major SA gathered (psum, 200 rows per group) takes the plain 256x128
+// kernel.
 TEST_F(Gpu, MaskedAndPsumGroupTailsAsWideTiles) {
   struct Case {
     ft::ProblemShape shape;
     std::vector<int> rows;
   };
   const Case cases[] = {
-      {shape(GemmKind::kGroupedMasked, 6, 1400, 1408, 7168), {792, 1292, 100, 0, 1400, 1208}},  // 11 n-blocks
+      // 11 n-blocks
+      {shape(GemmKind::kGroupedMasked, 8, 1400, 1408, 7168), {792, 1292, 100, 0, 1400, 1208, 1216, 1217}},
       {shape(GemmKind::kGroupedContiguousPsum, 8, 200, 4096, 7168), {100, 0, 300, 128, 129, 256, 257, 1}},
       {shape(GemmKind::kGroupedContiguousPsum, 8, 200, 4224, 7168), {64, 384, 0, 200, 130, 385, 31, 250}},  // 33
   };

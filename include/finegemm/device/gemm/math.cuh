@@ -209,12 +209,38 @@ struct MathWarpgroup {
     }
   }
 
+  /// A tile without rows of this warpgroup (Cfg::kPassesIdleTurns): per K block it passes on its `waves` turns and
+  /// releases the stage (full by then: the other warpgroup issued from it before passing the first turn). The epilogue
+  /// writes none of its rows; its running sums are zeroed all the same (left holding the last tile's, they stay live
+  /// across the other tiles' K loops, and ptxas spilled).
+  template <class Waves>
+  FG_DEVICE void pass_turns(Waves, const uint32_t num_kb) {
+    static_assert(Cfg::kPassesIdleTurns, "turns are passed between two math warpgroups");
+    if constexpr (Cfg::kAssignFirst) {  // (otherwise zeroed at the tile's start)
+#pragma unroll
+      for (uint32_t w = 0; w < Cfg::kNumWaves; ++w)
+#pragma unroll
+        for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
+    }
+    for (uint32_t kb = 0; kb < num_kb; ++kb) {
+#pragma unroll
+      for (uint32_t w = 0; w < Waves::value; ++w) {
+        ptx::named_barrier_sync(my_turn, 256);
+        ptx::named_barrier_arrive(other_turn, 256);
+      }
+      release(pipe.stage);
+      pipe.advance();
+    }
+    next_full = false;
+  }
+
   /// One tile's K loop over K blocks [kb_first, kb_first + kKBlocksPerCta). `first` carries first_granules, as a
   /// compile-time constant (Constant<V>) or not; `wide` (Constant<0 or 1>) whether the tile is wide; `waves`
-  /// (Constant<1 or kNumWaves>) how many waves it computes.
+  /// (Constant<1 or kNumWaves>) how many waves the tile computes; `mine` (a Constant, 1 up to `waves`) how many of
+  /// them have rows of this warpgroup: in the others it only passes the turn (Cfg::kPassesIdleTurns).
   /// `num_kb`: the tile's K blocks, kKBlocksPerCta but for K-grouped tiles (Cfg::kRuntimeK).
-  template <class First, class Wide, class Waves>
-  FG_DEVICE void k_loop(First first, Wide wide, Waves, const uint32_t kb_first, const uint32_t num_kb) {
+  template <class First, class Wide, class Waves, class Mine>
+  FG_DEVICE void k_loop(First first, Wide wide, Waves, Mine, const uint32_t kb_first, const uint32_t num_kb) {
     constexpr uint32_t kKDepth = Cfg::kKDepth;
     constexpr uint32_t kKBlocksPerCta = Cfg::kKBlocksPerCta;
     if constexpr (kKDepth > 1) {
@@ -249,8 +275,20 @@ struct MathWarpgroup {
       if constexpr (kKBlocksPerCta % kKDepth != 0) run_group(kKBlocksPerCta % kKDepth);
     } else {
       // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to compute is
-      // skipped (by both warpgroups alike, so the turns stay balanced).
+      // skipped (by both warpgroups alike, so the turns stay balanced); a wave with rows of the other warpgroup only
+      // (past the tile's rows in this warpgroup's 64) costs this one a turn passed on, not a batch.
       constexpr uint32_t num_waves = Waves::value;
+      constexpr uint32_t my_waves = Mine::value;
+      static_assert(my_waves >= 1 && my_waves <= num_waves && (my_waves == num_waves || Cfg::kPassesIdleTurns),
+                    "a warpgroup skips a wave of the tile only where it takes turns with another");
+      // A skipped wave's running accumulators still get a value (ptxas would otherwise share their registers with
+      // the in-flight accumulator and wait for the wgmmas before the epilogue reads them).
+      auto set_skipped = [&](auto is_first, const uint32_t w) {
+        if constexpr (decltype(is_first)::value && Cfg::kAssignFirst) {
+#pragma unroll
+          for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
+        }
+      };
       auto k_block = [&](auto is_first, const uint32_t kb) {
         if (!next_full) ptx::mbarrier_wait(&smem.full_barriers[pipe.stage], pipe.phase);
         next_full = false;
@@ -258,13 +296,19 @@ struct MathWarpgroup {
 #pragma unroll
         for (uint32_t w = 0; w < Cfg::kNumWaves; ++w) {
           if (w >= num_waves) {
-            // A skipped wave's running accumulators still get a value (ptxas would otherwise share their registers
-            // with the in-flight accumulator and wait for the wgmmas before the epilogue reads them).
-            if constexpr (decltype(is_first)::value && Cfg::kAssignFirst) {
-#pragma unroll
-              for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
-            }
+            set_skipped(is_first, w);
             break;
+          }
+          if (w >= my_waves) {
+            // The other warpgroup's batch of this wave runs in this turn; the stage is this one's to release once
+            // its last turn of the K block is passed (the stage is full: the other warpgroup issued from it).
+            set_skipped(is_first, w);
+            if constexpr (Cfg::kPingPong) {
+              ptx::named_barrier_sync(my_turn, 256);
+              ptx::named_barrier_arrive(other_turn, 256);
+            }
+            if (w + 1 == num_waves) release(pipe.stage);
+            continue;
           }
           Scales sc;
           if constexpr (Cfg::kScalesBeforeTurn) sc = load_scales(sa_stage, pipe.stage, w, wide);
@@ -322,24 +366,47 @@ struct MathWarpgroup {
         for (uint32_t i = 0; i < BLOCK_N / 2; ++i) final_accum[w][i] = 0.0f;
     }
     // Up to kMaxScaleVariants granules, one copy of the K loop per split point; beyond, a select per granule.
-    auto k_loops_of = [&](auto wide, auto waves) {
+    auto k_loops_of = [&](auto wide, auto waves, auto mine) {
       if constexpr (kNumScaleGranules <= Cfg::kMaxScaleVariants) {
-        auto k_loop_of = [&](auto first) { k_loop(first, wide, waves, kb_first, num_kb); };
+        auto k_loop_of = [&](auto first) { k_loop(first, wide, waves, mine, kb_first, num_kb); };
         with_constant<1, kNumScaleGranules>(first_granules, k_loop_of);
       } else {
-        k_loop(RuntimeValue{first_granules}, wide, waves, kb_first, num_kb);
+        k_loop(RuntimeValue{first_granules}, wide, waves, mine, kb_first, num_kb);
       }
+    };
+    // With turns, the waves this warpgroup has rows in: wave w's 64 rows start at tile row (wide ? 0 : w * kWaveRows)
+    // + math_wg * 64, so warpgroup 1 may have one wave fewer than the tile (none in a wide tile). Grouped tiles end
+    // where their group does: in DeepGEMM's masked cases of 0.7-1.3x 192 rows per group, half of the 256-row tiles
+    // hold 129-192 rows, and warpgroup 1 then passes its second turn. Measured on an H200 against the kernels without
+    // (same-run DeepGEMM ratios in parentheses), masked 32 groups 6144x7168 549.1 (0.966) -> 532.7 (0.995) us and
+    // 7168x3072 289.7 (0.985) -> 278.7 (1.023); as psum 549.8 (0.962) -> 536.9 (0.986).
+    auto k_loops_with = [&](auto wide, auto waves) {
+      constexpr uint32_t kWaves = decltype(waves)::value;
+      if constexpr (Cfg::kPassesIdleTurns) {
+        const int32_t my_rows = tile.compute_rows - int32_t(math_wg * kWarpgroupRows);
+        if (my_rows <= 0) {
+          pass_turns(waves, num_kb);
+          return;
+        }
+        if constexpr (kWaves == 2 && !decltype(wide)::value) {
+          if (my_rows <= int32_t(Cfg::kWaveRows)) {
+            k_loops_of(wide, waves, Constant<1>());
+            return;
+          }
+        }
+      }
+      k_loops_of(wide, waves, waves);
     };
     // A tile with at most kWaveRows rows to compute runs wave 0 only (a wide tile has both). Tested at run time, ptxas
     // re-evaluated the wave count in every K block (256x128 K loops of 199-229 instructions against 195; 0.3-3.3%
     // slower on an H100).
     auto k_loops = [&](auto wide) {
       if constexpr (Cfg::kNumWaves == 1 || Cfg::kKDepth > 1 || decltype(wide)::value) {
-        k_loops_of(wide, Constant<Cfg::kNumWaves>());
+        k_loops_with(wide, Constant<Cfg::kNumWaves>());
       } else if (tile.compute_rows > int32_t(Cfg::kWaveRows)) {
-        k_loops_of(wide, Constant<Cfg::kNumWaves>());
+        k_loops_with(wide, Constant<Cfg::kNumWaves>());
       } else {
-        k_loops_of(wide, Constant<1>());
+        k_loops_with(wide, Constant<1>());
       }
     };
     if constexpr (Cfg::kWideTiles) {

@@ -119,6 +119,10 @@ struct GemmTraits {
   ///   passed right after each issue), so the tensor pipe runs one warpgroup's batch while the other promotes.
   static constexpr uint32_t kKDepth = gemm_k_depth(BLOCK_M, BLOCK_N);
   static constexpr bool kPingPong = kNumMathWarpgroups == 2 && kKDepth == 1;
+  /// Grouped tiles end where their group's rows do, so the second math warpgroup may have no rows in a wave of a tile:
+  /// it passes those turns on instead of computing them (MathWarpgroup::compute_tile). Dense tiles hold rows in every
+  /// wave's both halves (a last row block moves up to end at row M; M <= 64 takes 64-row tiles).
+  static constexpr bool kPassesIdleTurns = kPingPong && kGrouped;
   /// With turns, a K block's wgmmas as kBatchParts commit groups of kPartN columns (gemm_batch_parts).
   static constexpr uint32_t kBatchParts = kPingPong ? gemm_batch_parts(BLOCK_N, kKBlocksPerCta) : 1;
   static constexpr uint32_t kPartN = BLOCK_N / kBatchParts;
