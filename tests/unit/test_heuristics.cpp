@@ -202,6 +202,31 @@ TEST(Heuristics, MaskedAndPsumTake256RowTilesWithAWideTail) {
   EXPECT_EQ(finegemm::device::gemm_group_tiles<int64_t>(300, 32, 256, true), 32 + 16);
 }
 
+TEST(Heuristics, GroupedBReadPastNCountsWhereTheCallStreamsB) {
+  // 32 groups of ~24 rows stream B: the DRAM term decides, and an n-block running past N reads the next group's rows.
+  // At N=4096 the 64-row tiles then take BLOCK_N=128 (no partial n-block) over 160 (26 n-blocks, 64 rows past N).
+  for (GemmKind kind : {GemmKind::kGroupedMasked, GemmKind::kGroupedContiguousPsum})
+    for (int64_t k : {2048, 4096}) {
+      Problem p = masked(32, 24, 4096, k);
+      p.kind = kind;
+      p.m_max = kind == GemmKind::kGroupedMasked ? 4096 : 0;
+      const fh::KernelConfig c = fh::select_config(p, 132);
+      EXPECT_EQ(c.block_m, 64) << c.describe();
+      EXPECT_EQ(4096 % c.block_n, 0) << c.describe();
+      // Both are timed by the DRAM term; BLOCK_N=160 reads 4160 of every 4096 rows of B, beyond the pick's 1%
+      // tolerance.
+      double est_128 = 0, est_160 = 0;
+      for (const auto& cand : fh::enumerate_candidates(p, 132)) {
+        if (!cand.rejected.empty() || cand.config.block_m != 64) continue;
+        if (cand.config.block_n == 128) est_128 = cand.config.estimated_us;
+        if (cand.config.block_n == 160) est_160 = cand.config.estimated_us;
+      }
+      ASSERT_GT(est_128, 0);
+      EXPECT_GT(est_160 / est_128, 1.01);
+      EXPECT_LE(est_160 / est_128, 4160.0 / 4096.0);
+    }
+}
+
 TEST(Heuristics, ContiguousAlignedTo64RowsTakesOnly64RowTiles) {
   // m_indices with experts aligned to 64 rows: a 128- or 256-row block may hold two experts' starts, which those tiles
   // cannot compute, so every other tile height is rejected, with its reason, whatever M_sum, N and K (the 128-aligned
