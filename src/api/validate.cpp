@@ -318,7 +318,7 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
                              const TensorView& d, const TensorView& m_indices, int m_alignment) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous";
   GemmCall c = check_contiguous(a, sa, b, sb, d, m_indices, "m_indices", GemmKind::kGroupedContiguous, m_alignment, fn);
-  FG_EXPECT(m_indices.shape[0] == c.rows && m_indices.strides[0] == 1, fn,
+  FG_EXPECT(m_indices.shape[0] == c.rows && (m_indices.strides[0] == 1 || c.rows == 1), fn,
             detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
                            m_indices.describe()));
   expect_aligned(m_indices.data, 4, fn, "m_indices");
@@ -471,7 +471,7 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
                         "to back, got ",
                         d.describe()));
   c.ld_d = d.strides[1];
-  FG_EXPECT(masked_m.shape[0] == c.num_groups && masked_m.strides[0] == 1, fn,
+  FG_EXPECT(masked_m.shape[0] == c.num_groups && (masked_m.strides[0] == 1 || c.num_groups == 1), fn,
          detail::concat("masked_m must be a contiguous int32 [G] with G=", c.num_groups, ", got ", masked_m.describe()));
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(b.data, 16, fn, "B");

@@ -359,6 +359,33 @@ TEST(Validation, PsumBadInputs) {
   }
 }
 
+// A one-element layout tensor's stride addresses nothing: m_indices of one row and masked_m of one group take any
+// stride, as group ends and ks_device of one group do (PsumCallAndItsProblem, the K-grouped checks).
+TEST(Validation, OneElementLayoutTensorsTakeAnyStride) {
+  const int64_t n = 256, k = 512;
+  TensorView b = TensorView::contiguous(addr(0x30000), DType::kFloat8E4M3, {1, n, k});
+  TensorView sb = TensorView::contiguous(addr(0x40000), DType::kFloat32, {1, 2, 4});
+  // Masked, one group of 64 tokens.
+  TensorView a = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {1, 64, k});
+  TensorView sa = TensorView::strided(addr(0x20000), DType::kFloat32, {1, 64, 4}, {4 * 64, 1, 64});
+  TensorView d = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {1, 64, n});
+  TensorView masked_m = TensorView::strided(addr(0x60000), DType::kInt32, {1}, {5});
+  EXPECT_EQ(finegemm::validate_masked(a, sa, b, sb, d, masked_m, 16).layout, masked_m.data);
+  // Contiguous, one row.
+  TensorView a1 = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {1, k});
+  TensorView sa1 = TensorView::contiguous(addr(0x20000), DType::kFloat32, {1, 4});
+  TensorView d1 = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {1, n});
+  TensorView m_indices = TensorView::strided(addr(0x60000), DType::kInt32, {1}, {3});
+  EXPECT_EQ(finegemm::validate_contiguous(a1, sa1, b, sb, d1, m_indices, 128).layout, m_indices.data);
+  // With more than one element the stride must be 1.
+  TensorView a2 = TensorView::contiguous(addr(0x10000), DType::kFloat8E4M3, {2, k});
+  TensorView sa2 = TensorView::contiguous(addr(0x20000), DType::kFloat32, {2, 4});
+  TensorView d2 = TensorView::contiguous(addr(0x50000), DType::kBFloat16, {2, n});
+  TensorView idx2 = TensorView::strided(addr(0x60000), DType::kInt32, {2}, {3});
+  expect_error([&] { finegemm::validate_contiguous(a2, sa2, b, sb, d2, idx2, 128); }, Error::Kind::kInvalidArgument,
+               "m_indices must be a contiguous int32 [M_sum]");
+}
+
 TEST(Validation, PsumCallAndItsProblem) {
   Psum p;
   finegemm::GemmCall c = finegemm::validate_contiguous_psum(p.a, p.sa, p.b, p.sb, p.d, p.ends, 100);
