@@ -7,10 +7,12 @@
 // each per wave; BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32
 // result into a second accumulator with the SA * SB scales. Two math warpgroups take turns issuing (named barriers),
 // so one promotes while the other's wgmmas run; at BLOCK_N >= 192 a turn's wgmmas are two commit groups of half the
-// columns, the first half promoted while the second runs. The epilogue (epilogue.cuh) converts to bf16, stores with
-// stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's main loop. For
-// small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes the tile over
-// half of K, and the second adds its fp32 partial sums into the first's through distributed shared memory.
+// columns, the first half promoted while the second runs. Where a grouped tile's rows end before a warpgroup's 64 rows
+// of a wave, that warpgroup passes the turn without issuing (kPassesIdleTurns). The epilogue (epilogue.cuh) converts
+// to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's
+// main loop. For small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes
+// the tile over half of K, and the second adds its fp32 partial sums into the first's through distributed shared
+// memory.
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
