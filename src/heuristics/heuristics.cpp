@@ -203,9 +203,9 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   // rows too (TMA clips only at the tensor's end). Where the call is B's stream, that decides between tiles the model
   // otherwise times alike: masked 32 groups of ~20 rows at 4096x4096 and 4096x2048 ran 141.0 and 76.3 us with 64x128
   // tiles against 146.5 and 80.0 with 64x160 (the last n-block of each group 96 wide, 64 rows read past it; H200).
-  const bool b_shares_a_tensor = p.kind == GemmKind::kGroupedContiguous || p.kind == GemmKind::kGroupedMasked ||
+  const bool b_groups_in_one_tensor = p.kind == GemmKind::kGroupedContiguous || p.kind == GemmKind::kGroupedMasked ||
                                  p.kind == GemmKind::kGroupedContiguousPsum;
-  const double b_read = b_shares_a_tensor ? double(n_blocks * c.block_n) / double(p.n) : 1.0;
+  const double b_read = b_groups_in_one_tensor ? double(n_blocks * c.block_n) / double(p.n) : 1.0;
   const double dram_bytes = bytes.a + bytes.b * b_read + bytes.d;
   c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s) +
                    (c.split_k > 1 ? kSplitKOverheadUs : 0.0);

@@ -370,9 +370,9 @@ TEST_F(Gpu, GroupedMasked) {
 
 // Masked and psum groups whose last row block holds at most 128 rows run it as wide tiles over two n-blocks (the
 // 256x128 kernels with a wide tail): groups of 0, 1-128 rows, 128 rows past whole blocks, 129-255 past them (full
-// tiles), an odd n-block count (the last n-block of a tail alone), N and rows off the tile. Tiles whose second math
-// warpgroup has no rows in a wave pass it its turns only: 1-64 rows in a wide tail, 129-192 in a full tile (184, 192;
-// 193 computes the wave). Both SA layouts: K-major SA gathered (psum, 200 rows per group) takes the plain 256x128
+// tiles), an odd n-block count (the last n-block of a tail alone), N and rows off the tile. Where the second math
+// warpgroup has no rows in a wave it only passes its turn: 1-64 rows in a wide tail, 129-192 in a full tile (184, 192;
+// at 193 it computes the wave). Both SA layouts: K-major SA gathered (psum, 200 rows per group) takes the plain 256x128
 // kernel.
 TEST_F(Gpu, MaskedAndPsumGroupTailsAsWideTiles) {
   struct Case {
