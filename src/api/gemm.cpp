@@ -17,6 +17,7 @@
 #include "finegemm/finegemm.hpp"
 #include "heuristics/heuristics.hpp"
 #include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "jit/runtime.hpp"
 
 namespace finegemm {
@@ -26,7 +27,6 @@ using api::Context;
 using heuristics::KernelConfig;
 using jit::check_cu;
 using jit::driver;
-using jit::set_pdl_attribute;
 
 constexpr const char* kGemmHeader = "finegemm/device/kernels/sm90_fp8_gemm.cuh";
 constexpr const char* kGemmParameters = "(const __grid_constant__ finegemm::device::GemmArgs)";
@@ -122,44 +122,25 @@ CUtensorMapSwizzle swizzle_for_bytes(uint32_t bytes) {
   }
 }
 
-/// The attributes a launch may carry: the cluster dimension and programmatic dependent launch.
-using LaunchAttributes = std::array<CUlaunchAttribute, 2>;
-
-/// How `cfg`'s kernel launches: grid, block, dynamic shared memory, the cluster dimension (clusters of more than one
-/// CTA) and, with `pdl`, programmatic dependent launch. The launch and the occupancy query both take it from here;
-/// `attrs` holds the attributes the returned configuration points to.
-CUlaunchConfig launch_config(const KernelConfig& cfg, bool pdl, CUstream stream, LaunchAttributes& attrs) {
-  CUlaunchConfig config{};
-  config.gridDimX = uint32_t(cfg.grid);
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
-  config.blockDimX = uint32_t(cfg.num_threads);
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = uint32_t(cfg.smem_bytes);
-  config.hStream = stream;
-  unsigned num_attrs = 0;
-  // A cluster attribute sends even a 1-CTA cluster down the driver's slower cluster-launch path.
-  if (cfg.cluster_size() > 1) {
-    CUlaunchAttribute& a = attrs[num_attrs++];
-    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    a.value.clusterDim.x = uint32_t(cfg.cluster_size());
-    a.value.clusterDim.y = 1;
-    a.value.clusterDim.z = 1;
-  }
-  if (pdl) num_attrs += set_pdl_attribute(attrs[num_attrs]);
-  config.attrs = num_attrs > 0 ? attrs.data() : nullptr;
-  config.numAttrs = num_attrs;
-  return config;
+/// How `cfg`'s kernel launches: grid, block, dynamic shared memory, the cluster dimension and, with `pdl`,
+/// programmatic dependent launch. The launch and the occupancy query both take it from here.
+jit::LaunchShape launch_shape(const KernelConfig& cfg, bool pdl) {
+  jit::LaunchShape shape;
+  shape.grid_x = uint32_t(cfg.grid);
+  shape.block_x = uint32_t(cfg.num_threads);
+  shape.smem_bytes = uint32_t(cfg.smem_bytes);
+  shape.cluster_x = uint32_t(cfg.cluster_size());
+  shape.pdl = pdl;
+  return shape;
 }
 
 /// How many clusters of `cfg` (clusters of more than one CTA) the device runs at once (at least 1).
 int max_active_clusters(CUfunction function, const KernelConfig& cfg) {
-  LaunchAttributes attrs{};
   // NOTE: no PDL attribute: PDL orders launches on a stream, it does not change what fits on an SM.
-  const CUlaunchConfig config = launch_config(cfg, /*pdl=*/false, nullptr, attrs);
+  const jit::Launch launch(launch_shape(cfg, /*pdl=*/false), nullptr);
   int clusters = 0;
-  check_cu(driver().cuOccupancyMaxActiveClusters(&clusters, function, &config), "cuOccupancyMaxActiveClusters");
+  check_cu(driver().cuOccupancyMaxActiveClusters(&clusters, function, &launch.config()),
+           "cuOccupancyMaxActiveClusters");
   return std::max(1, clusters);
 }
 
@@ -341,11 +322,9 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
 }
 
 void launch(const LaunchPlan& plan, Stream stream) {
-  LaunchAttributes attrs{};
-  const CUlaunchConfig config =
-      launch_config(plan.config, Context::instance().pdl(), reinterpret_cast<CUstream>(stream), attrs);
   void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
-  check_cu(driver().cuLaunchKernelEx(&config, plan.function, params, nullptr), "cuLaunchKernelEx(fp8 gemm)");
+  jit::launch_kernel(plan.function, launch_shape(plan.config, Context::instance().pdl()),
+                     reinterpret_cast<CUstream>(stream), params, "cuLaunchKernelEx(fp8 gemm)");
 }
 
 class PlanCache {

@@ -18,6 +18,7 @@
 #include "finegemm/device/common/quantize_args.cuh"
 #include "finegemm/finegemm.hpp"
 #include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "jit/runtime.hpp"
 
 namespace finegemm {
@@ -215,20 +216,12 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   const int device = ctx.runtime().current_device();
   check_device_pointers(launch, device);
   const CUfunction function = quantize_kernels().get(launch.kind, launch.is_bf16, device);
-  CUlaunchConfig config{};
-  config.gridDimX = launch.grid;
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
-  config.blockDimX = launch.kind == QuantizeKind::kPerToken ? device::kPerTokenNumThreads : device::kPerBlockNumThreads;
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = 0;
-  config.hStream = reinterpret_cast<CUstream>(stream);
-  CUlaunchAttribute pdl{};
-  if (ctx.pdl()) config.numAttrs = jit::set_pdl_attribute(pdl);
-  config.attrs = config.numAttrs > 0 ? &pdl : nullptr;
+  jit::LaunchShape shape;
+  shape.grid_x = launch.grid;
+  shape.block_x = launch.kind == QuantizeKind::kPerToken ? device::kPerTokenNumThreads : device::kPerBlockNumThreads;
+  shape.pdl = ctx.pdl();
   void* params[] = {const_cast<device::QuantizeArgs*>(&launch.args)};
-  check_cu(driver().cuLaunchKernelEx(&config, function, params, nullptr), "cuLaunchKernelEx(fp8 quantizer)");
+  jit::launch_kernel(function, shape, reinterpret_cast<CUstream>(stream), params, "cuLaunchKernelEx(fp8 quantizer)");
 }
 
 }  // namespace

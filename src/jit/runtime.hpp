@@ -104,13 +104,4 @@ class Runtime {
   std::atomic<uint64_t> compile_micros_{0};
 };
 
-/// Fills `attr` as a launch's programmatic-dependent-launch attribute (finegemm::set_pdl): the kernel
-/// may start while the previous one on the stream runs, and waits for its results itself (griddepcontrol.wait).
-/// Returns the number of attributes filled (1).
-inline unsigned set_pdl_attribute(CUlaunchAttribute& attr) {
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
-  return 1;
-}
-
 }  // namespace finegemm::jit

@@ -9,6 +9,7 @@
 
 #include "finegemm/finegemm.hpp"
 #include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/jit_kernel.hpp"
 
@@ -23,14 +24,11 @@ constexpr unsigned kTensorSmemBytes = 120 * 1024;
 constexpr const char* kHeader = "finegemm/tools/ceiling.cuh";
 
 void launch(void* fn, unsigned grid, unsigned block, unsigned smem, cudaStream_t s, void** args, const char* what) {
-  CUlaunchConfig config{};
-  config.gridDimX = grid;
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = block;
-  config.blockDimY = config.blockDimZ = 1;
-  config.sharedMemBytes = smem;
-  config.hStream = reinterpret_cast<CUstream>(s);
-  jit::check_cu(jit::driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(fn), args, nullptr), what);
+  jit::LaunchShape shape;
+  shape.grid_x = grid;
+  shape.block_x = block;
+  shape.smem_bytes = smem;
+  jit::launch_kernel(static_cast<CUfunction>(fn), shape, reinterpret_cast<CUstream>(s), args, what);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "finegemm/finegemm.hpp"
-#include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "lib/bench_csv.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/jit_kernel.hpp"
@@ -74,13 +74,10 @@ void fill_normal(T* out, uint64_t count, uint64_t seed, float stddev, cudaStream
   FG_CUDA_CHECK(cudaGetDevice(&device));
   FG_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   void* args[] = {&out, &count, &seed, &stddev};
-  CUlaunchConfig config{};
-  config.gridDimX = unsigned(std::clamp<uint64_t>((count + 255) / 256, 1, uint64_t(sms) * 8));
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = 256;
-  config.blockDimY = config.blockDimZ = 1;
-  config.hStream = reinterpret_cast<CUstream>(stream);
-  jit::check_cu(jit::driver().cuLaunchKernelEx(&config, fn, args, nullptr), "random_normal_kernel");
+  jit::LaunchShape shape;
+  shape.grid_x = unsigned(std::clamp<uint64_t>((count + 255) / 256, 1, uint64_t(sms) * 8));
+  shape.block_x = 256;
+  jit::launch_kernel(fn, shape, reinterpret_cast<CUstream>(stream), args, "random_normal_kernel");
 }
 
 /// The weights of L layers of one (N, K): B_l fp8 [N, K] and SB_l fp32 [NB, KB] row-major, each layer's quantized per

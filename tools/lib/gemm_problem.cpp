@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "lib/jit_kernel.hpp"
 #include "reference/reference.hpp"
 
@@ -480,14 +480,11 @@ struct ReferenceBuffers {
     double* s = abs_sum.as<double>() + row * n;
     int32_t m32 = int32_t(m), n32 = int32_t(n), k32 = int32_t(k);
     void* args[] = {&a, &sa, &ld_sa, &b, &sb, &sb_block_rows, &v, &s, &m32, &n32, &k32};
-    CUlaunchConfig config{};
-    config.gridDimX = unsigned((n + 63) / 64);
-    config.gridDimY = unsigned((m + 63) / 64);
-    config.gridDimZ = 1;
-    config.blockDimX = 256;
-    config.blockDimY = 1;
-    config.blockDimZ = 1;
-    jit::check_cu(jit::driver().cuLaunchKernelEx(&config, fn, args, nullptr), "reference_gemm_kernel");
+    jit::LaunchShape shape;
+    shape.grid_x = unsigned((n + 63) / 64);
+    shape.grid_y = unsigned((m + 63) / 64);
+    shape.block_x = 256;
+    jit::launch_kernel(fn, shape, nullptr, args, "reference_gemm_kernel");
   }
 
   /// Waits for the launches and downloads the results.

@@ -1,7 +1,7 @@
 #include "lib/timing.hpp"
 
 #include "finegemm/finegemm.hpp"
-#include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "lib/jit_kernel.hpp"
 
 #include <algorithm>
@@ -192,14 +192,11 @@ void L2Flusher::flush(cudaStream_t s) {
   uint64_t count = buf_.size() / 16;
   void* sink = sink_.get();
   void* args[] = {&data, &count, &sink};
-  CUlaunchConfig config{};
-  config.gridDimX = read_grid_;
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = 256;
-  config.blockDimY = config.blockDimZ = 1;
-  config.hStream = reinterpret_cast<CUstream>(s);
-  jit::check_cu(jit::driver().cuLaunchKernelEx(&config, static_cast<CUfunction>(read_kernel_), args, nullptr),
-                "l2_read_flush_kernel");
+  jit::LaunchShape shape;
+  shape.grid_x = read_grid_;
+  shape.block_x = 256;
+  jit::launch_kernel(static_cast<CUfunction>(read_kernel_), shape, reinterpret_cast<CUstream>(s), args,
+                     "l2_read_flush_kernel");
 }
 
 // ---- time_kernel -------------------------------------------------------------------------------------------------
