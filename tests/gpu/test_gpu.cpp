@@ -46,6 +46,18 @@ class Gpu : public ft::GpuTest {
     return ft::check_download(problem, ft::gpu_reference(problem));
   }
 
+  /// Runs `problem` (of shape `s`) with MN-major or K-major SA, checks it, prints one line `[tag] shape SA note |
+  /// verdict` and expects it correct; a failure names the case and `note` (e.g. its configuration).
+  void expect_correct(const std::string& tag, ft::GemmProblem& problem, const ft::ProblemShape& s, bool k_major,
+                      const std::string& note = {}) {
+    const ft::Verdict v = run_and_check(problem, k_major);
+    const char* sa = k_major ? "K-major" : "MN-major";
+    std::printf("[%s] %-40s SA %-8s %s%s%s\n", tag.c_str(), s.describe().c_str(), sa, note.c_str(),
+                note.empty() ? "" : " | ", v.summary.c_str());
+    EXPECT_TRUE(v.ok) << "[" << tag << "] " << s.describe() << " " << sa << (note.empty() ? "" : " ") << note << "\n"
+                      << v.summary;
+  }
+
   void precompile(const std::vector<ft::ProblemShape>& shapes) {
     std::vector<fg::Problem> problems;
     for (const auto& s : shapes)
@@ -174,9 +186,7 @@ TEST_F(Gpu, DenseSeedShapes) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(100 + i++);
       ft::GemmProblem p(s, opt);
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[dense] %-36s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << "\n" << v.summary;
+      expect_correct("dense", p, s, k_major);
     }
 }
 
@@ -224,10 +234,7 @@ TEST_F(Gpu, DenseTailAsWideTiles) {
         EXPECT_EQ(config.find("BM=256 BN=128") != std::string::npos && config.find("wide-tail") != std::string::npos,
                   !gathered)
             << s.describe() << ": the pick changed: " << config;
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[wide-tail] %-30s SA %-8s %-54s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
-                  config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n" << v.summary;
+      expect_correct("wide-tail", p, s, k_major, config.substr(0, config.find(" grid")));
     }
 }
 
@@ -253,9 +260,7 @@ TEST_F(Gpu, GroupedContiguous) {
         opt.expert_rows.push_back(s.groups > 1 && e % 5 == 1 ? 0 : int(dist(rng)));
       }
       ft::GemmProblem p(s, opt);
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[contiguous] %-40s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+      expect_correct("contiguous", p, s, k_major);
     }
 }
 
@@ -296,10 +301,7 @@ TEST_F(Gpu, ContiguousAlignedTo64Rows) {
       const std::string config = fg::describe_config(problem, fg::get_num_sms());
       EXPECT_EQ(config.rfind("BM=64 ", 0), 0u) << s.describe() << ": " << config;
       fg::reset_device_error_flags();
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[contiguous-64] %-36s SA %-8s %s | %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
-                  v.summary.c_str(), config.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+      expect_correct("contiguous-64", p, s, k_major, config);
       EXPECT_EQ(fg::device_error_flags(), 0u) << s.describe();
     }
 }
@@ -337,11 +339,7 @@ TEST_F(Gpu, ContiguousHalvesAsWideTiles) {
       const std::string config = fg::describe_config(problem, num_sms);
       if (num_sms == 132)
         EXPECT_NE(config.find("BM=256 BN=128"), std::string::npos) << c.shape.describe() << ": the pick changed: " << config;
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[wide-halves] %-36s SA %-8s %-44s %s\n", c.shape.describe().c_str(), k_major ? "K-major" : "MN-major",
-                  config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
-      EXPECT_TRUE(v.ok) << c.shape.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n"
-                        << v.summary;
+      expect_correct("wide-halves", p, c.shape, k_major, config.substr(0, config.find(" grid")));
     }
 }
 
@@ -362,9 +360,7 @@ TEST_F(Gpu, GroupedMasked) {
       const int64_t values[] = {0, 1, 63, 64, 65, s.m};
       for (int g = 0; g < s.groups; ++g) opt.masked_m.push_back(int(std::min<int64_t>(values[(g + i) % 6], s.m)));
       ft::GemmProblem p(s, opt);
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[masked] %-40s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major", v.summary.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+      expect_correct("masked", p, s, k_major);
     }
 }
 
@@ -406,11 +402,7 @@ TEST_F(Gpu, MaskedAndPsumGroupTailsAsWideTiles) {
         EXPECT_EQ(config.find("wide-tail") != std::string::npos, !gathered) << config;
       }
       fg::reset_device_error_flags();
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[wide-group-tails] %-36s SA %-8s %-52s %s\n", c.shape.describe().c_str(),
-                  k_major ? "K-major" : "MN-major", config.substr(0, config.find(" grid")).c_str(), v.summary.c_str());
-      EXPECT_TRUE(v.ok) << c.shape.describe() << (k_major ? " K-major" : " MN-major") << " " << config << "\n"
-                        << v.summary;
+      expect_correct("wide-group-tails", p, c.shape, k_major, config.substr(0, config.find(" grid")));
       EXPECT_EQ(fg::device_error_flags(), 0u) << c.shape.describe();
     }
 }
@@ -574,13 +566,10 @@ TEST_F(Gpu, GroupedContiguousPsum) {
         opt.expert_rows.push_back(s.groups > 1 && e % 5 == 1 ? 0 : int(dist(rng)));
       }
       ft::GemmProblem p(s, opt);
-      fg::reset_device_error_flags();
-      const ft::Verdict v = run_and_check(p, k_major);
       const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
       configs.insert(config.substr(0, config.find(' ')));
-      std::printf("[psum] %-40s SA %-8s %s | %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
-                  v.summary.c_str(), config.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+      fg::reset_device_error_flags();
+      expect_correct("psum", p, s, k_major, config);
       EXPECT_EQ(fg::device_error_flags(), 0u) << s.describe();
     }
   EXPECT_EQ(configs, (std::set<std::string>{"BM=64", "BM=128", "BM=256"}));
@@ -623,15 +612,12 @@ TEST_F(Gpu, PsumWith64And32RowAlignment) {
           }
         ft::GemmProblem p(s, opt);
         ASSERT_EQ(p.m_alignment(), alignment);
-        fg::reset_device_error_flags();
-        const ft::Verdict v = run_and_check(p, k_major);
         fg::Problem problem = ft::problem_of(s, k_major);
         problem.m_alignment = alignment;
         const std::string config = fg::describe_config(problem, fg::get_num_sms());
         configs.insert(config.substr(0, config.find(' ')));
-        std::printf("[psum-%d] %-36s SA %-8s %s | %s\n", alignment, s.describe().c_str(),
-                    k_major ? "K-major" : "MN-major", v.summary.c_str(), config.c_str());
-        EXPECT_TRUE(v.ok) << s.describe() << " alignment " << alignment << "\n" << v.summary;
+        fg::reset_device_error_flags();
+        expect_correct("psum-" + std::to_string(alignment), p, s, k_major, config);
         EXPECT_EQ(fg::device_error_flags(), 0u) << s.describe() << " alignment " << alignment;
       }
   EXPECT_EQ(configs, (std::set<std::string>{"BM=64", "BM=128", "BM=256"}));
@@ -1150,10 +1136,7 @@ TEST_F(Gpu, WgradSeedShapes) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(3000 + i++);
       ft::GemmProblem p(s, opt);
-      const ft::Verdict v = run_and_check(p, k_major);
-      std::printf("[wgrad] %-36s SA %-8s %s\n", s.describe().c_str(), k_major ? "K-major" : "MN-major",
-                  v.summary.c_str());
-      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << "\n" << v.summary;
+      expect_correct("wgrad", p, s, k_major);
     }
 }
 
