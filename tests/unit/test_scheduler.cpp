@@ -751,7 +751,7 @@ TEST(Scheduler, PsumGroupStartsFollowTheAlignment) {
   EXPECT_EQ((check_psum_all_tiles<2>(ends32, 160, 3, 128)), uint32_t(fd::kErrorGroupEndInvalid));
 }
 
-TEST(Scheduler, PsumTilesOfAGroupAreRasterizedInBands) {
+TEST(Scheduler, PsumTilesOfALargeGroupAreRasterizedInBands) {
   // One group of 32 blocks of 128 rows over 56 n-blocks: the first wave of 132 CTAs touches one band of B.
   const std::vector<int32_t> ends = {4096};
   std::set<int> n_blocks;
@@ -763,6 +763,48 @@ TEST(Scheduler, PsumTilesOfAGroupAreRasterizedInBands) {
     EXPECT_EQ(t.row_base, (cta % (32 * 16)) / 16 * 128);
   }
   EXPECT_LE(n_blocks.size(), size_t(fd::kDefaultRasterBand));
+}
+
+TEST(Scheduler, MaskedTilesReadingOneBTileAreNeighbours) {
+  // Four groups of 252, 312, 219 and 302 rows (2, 3, 2 and 3 row blocks of 128) over 22 n-blocks: groups of at most
+  // 16 row blocks are walked column by column, so a B tile's readers run in the same wave.
+  const std::vector<int32_t> masked_m = {252, 312, 219, 302};
+  constexpr int kCtas = 132;
+  std::vector<std::tuple<int, int, int>> order;  // (group, n_block, m_block) by tile index
+  std::map<int, std::tuple<int, int, int>> by_index;
+  for (int cta = 0; cta < kCtas; ++cta) {
+    fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 192, 22> s(4096, 4, masked_m.data(), cta, kCtas);
+    fd::Tile t;
+    for (int i = 0; s.next(t); ++i) by_index[cta + i * kCtas] = {t.group, t.n_block, t.m_block};
+  }
+  for (const auto& [index, tile] : by_index) order.push_back(tile);
+  ASSERT_EQ(order.size(), size_t((2 + 3 + 2 + 3) * 22));
+  std::vector<std::tuple<int, int, int>> expected;
+  for (int g = 0; g < 4; ++g)
+    for (int n = 0; n < 22; ++n)
+      for (int m = 0; m < (masked_m[size_t(g)] + 127) / 128; ++m) expected.emplace_back(g, n, m);
+  EXPECT_EQ(order, expected);
+}
+
+TEST(Scheduler, GroupsUpToTheColumnWalkLimitGoByColumnsLargerOnesByBands) {
+  // 256-row psum tiles over 20 n-blocks, first tiles of the walk: a group of kColumnWalkMaxRows rows (8 blocks) takes
+  // its row blocks of n-block 0 first, one of 2049 rows (9 blocks) walks n-blocks 0..15 of its first row block.
+  auto first_tiles = [](int32_t rows) {
+    const std::vector<int32_t> ends = {rows};
+    std::vector<std::pair<int, int>> tiles;  // (m_block, n_block)
+    for (int cta = 0; cta < 10; ++cta) {
+      fd::TileScheduler<fd::GemmKind::kGroupedContiguousPsum, 256, 128, 20> s(rows, 1, ends.data(), cta, 132);
+      fd::Tile t;
+      EXPECT_TRUE(s.next(t));
+      tiles.emplace_back(t.m_block, t.n_block);
+    }
+    return tiles;
+  };
+  ASSERT_EQ(fd::kColumnWalkMaxRows, 2048);
+  EXPECT_EQ(first_tiles(2048), (std::vector<std::pair<int, int>>{
+                                   {0, 0}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {5, 0}, {6, 0}, {7, 0}, {0, 1}, {1, 1}}));
+  EXPECT_EQ(first_tiles(2049), (std::vector<std::pair<int, int>>{
+                                   {0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}, {0, 8}, {0, 9}}));
 }
 
 TEST(Scheduler, PsumInvalidEndsAreClampedFlaggedAndNeverOutOfBounds) {

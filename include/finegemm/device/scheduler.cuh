@@ -3,8 +3,9 @@
 // A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
 // shares a few rows of A and a band of B in L2. Dense and contiguous GEMMs tile the 2D view as one group; the masked
-// and psum layouts walk their groups one after another, each group's tiles rasterized alone (with 256x128 tiles, a
-// group's last block of at most 128 rows after them, as wide tiles over two n-blocks).
+// and psum layouts walk their groups one after another, each group's tiles rasterized alone: a group of at most
+// kColumnWalkMaxRows rows column by column (its row blocks of one n-block together), a larger one in bands; with
+// 256x128 tiles, a group's last block of at most 128 rows after them, as wide tiles over two n-blocks.
 #pragma once
 
 #include "finegemm/device/common/gemm_layout.cuh"
@@ -16,6 +17,13 @@ namespace finegemm::device {
 /// of an H100, but contiguous calls with 10% valid rows then cost 1.435x the packed rows (1.226x with 16): the CTAs'
 /// strided tiles meet the skipped padding blocks less evenly.
 inline constexpr int kDefaultRasterBand = 16;
+
+/// Masked and psum groups of at most this many rows are walked column by column (TileScheduler::rasterize_by_rows),
+/// larger ones in bands. Measured on an H200 against the bands (kernel us, same run): masked 2 groups of ~512 rows
+/// 4096x7168 58.1 -> 56.0, 4 of ~256 70.7 -> 68.5, 6 of ~1024 4096x4096 151.1 -> 149.2 (as psum 152.4 -> 149.0),
+/// 7168x3072 184.8 -> 182.3; column by column, psum groups of ~8192 rows ran slower (4 groups 6144x7168 2095 -> 2182,
+/// 8 of ~4096 2391 -> 2455).
+inline constexpr int32_t kColumnWalkMaxRows = 2048;
 
 /// Psum layout: group g starts at its previous group's end rounded up to a multiple of the alignment, a run-time value
 /// (GemmArgs::psum_alignment: 128, 64 or 32; the tiles start at their group's start whatever it is). This one unless
@@ -205,6 +213,15 @@ struct TileScheduler {
     const int32_t in_band = t - band * tiles_per_band;
     m_block = in_band / band_width;
     n_block = first_n + in_band % band_width;
+  }
+
+  /// Masked and psum groups of at most kColumnWalkMaxRows rows: (m-block, n-block) of linear tile `t` among
+  /// `num_m_blocks` x kNumNBlocks tiles, m-block fastest. The tiles that read one B tile are then neighbours in the
+  /// walk and run in the same wave, so B streams from DRAM once; in n-block bands, the tiles of a band's last row
+  /// blocks that fall into the next wave read their B tiles again.
+  static FG_HOST_DEVICE void rasterize_by_rows(int32_t t, int32_t num_m_blocks, int32_t& m_block, int32_t& n_block) {
+    m_block = t % num_m_blocks;
+    n_block = t / num_m_blocks;
   }
 
   FG_HOST_DEVICE Probe load_probe(int32_t row_base) const {
@@ -416,7 +433,10 @@ struct TileScheduler {
         const int32_t i = t - tiles_before_group;
         tile.wide = false;
         if (i < num_m_blocks * kNumNBlocks) {
-          rasterize(i, num_m_blocks, tile.m_block, tile.n_block);
+          if (kKind != GemmKind::kGroupedK && num_m_blocks * BLOCK_M <= kColumnWalkMaxRows)
+            rasterize_by_rows(i, num_m_blocks, tile.m_block, tile.n_block);
+          else
+            rasterize(i, num_m_blocks, tile.m_block, tile.n_block);
         } else {
           tile.m_block = num_m_blocks;
           tile.n_block = 2 * (i - num_m_blocks * kNumNBlocks);
