@@ -434,16 +434,16 @@ TEST(KernelsCompile, GroupedKernelsKeepTheDenseKLoop) {
 
 TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPass) {
   // The heuristic gives the steady FFMA pass (promotion runs issued without yielding) to the 256-row kernels and the
-  // dense 128-row ones with whole batches (BLOCK_N 72-184), and no other kernel a pass; the runtime applies it after
-  // compiling, keys the cache by it, and drops it under FINEGEMM_DISABLE_SASS_PASS.
+  // dense and masked 128-row ones with whole batches (BLOCK_N 72-184), and no other kernel a pass; the runtime
+  // applies it after compiling, keys the cache by it, and drops it under FINEGEMM_DISABLE_SASS_PASS.
   std::set<int> with_pass, without_pass;
   std::string steady_kernel;
   for (const Problem& p : seed_problems()) {
     const auto config = finegemm::heuristics::select_config(p, 132);
     const bool pass = finegemm::heuristics::takes_steady_ffma_pass(config);
-    const bool dense_whole_batches =
-        p.kind == GemmKind::kNormal && config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
-    EXPECT_EQ(pass, config.block_m == 256 || dense_whole_batches) << config.kernel_function();
+    const bool whole_batches = (p.kind == GemmKind::kNormal || p.kind == GemmKind::kGroupedMasked) &&
+                               config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
+    EXPECT_EQ(pass, config.block_m == 256 || whole_batches) << config.kernel_function();
     if (pass && p.kind == GemmKind::kNormal) steady_kernel = config.kernel_function();
     (pass ? with_pass : without_pass).insert(config.block_m);
   }
