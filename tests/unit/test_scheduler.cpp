@@ -767,7 +767,7 @@ TEST(Scheduler, PsumTilesOfALargeGroupAreRasterizedInBands) {
 
 TEST(Scheduler, MaskedTilesReadingOneBTileAreNeighbours) {
   // Four groups of 252, 312, 219 and 302 rows (2, 3, 2 and 3 row blocks of 128) over 22 n-blocks: groups of at most
-  // 16 row blocks are walked column by column, so a B tile's readers run in the same wave.
+  // kColumnWalkMaxRows rows are walked column by column, so a B tile's readers run in the same wave.
   const std::vector<int32_t> masked_m = {252, 312, 219, 302};
   constexpr int kCtas = 132;
   std::vector<std::tuple<int, int, int>> order;  // (group, n_block, m_block) by tile index
