@@ -775,7 +775,7 @@ TEST(Scheduler, MaskedTilesReadingOneBTileAreNeighbours) {
   for (int cta = 0; cta < kCtas; ++cta) {
     fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 192, 22> s(4096, 4, masked_m.data(), cta, kCtas);
     fd::Tile t;
-    for (int i = 0; s.next(t); ++i) by_index[cta + i * kCtas] = {t.group, t.n_block, t.m_block};
+    for (int i = 0; s.next(t); ++i) by_index[cta + i * s.tile_stride] = {t.group, t.n_block, t.m_block};
   }
   for (const auto& [index, tile] : by_index) order.push_back(tile);
   ASSERT_EQ(order.size(), size_t((2 + 3 + 2 + 3) * 22));
@@ -805,6 +805,48 @@ TEST(Scheduler, GroupsUpToTheColumnWalkLimitGoByColumnsLargerOnesByBands) {
                                    {0, 0}, {1, 0}, {2, 0}, {3, 0}, {4, 0}, {5, 0}, {6, 0}, {7, 0}, {0, 1}, {1, 1}}));
   EXPECT_EQ(first_tiles(2049), (std::vector<std::pair<int, int>>{
                                    {0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}, {0, 6}, {0, 7}, {0, 8}, {0, 9}}));
+}
+
+TEST(Scheduler, FewGroupsRunOnTheFewestCtasThatKeepTheRounds) {
+  // Masked, four groups of 252, 312, 219 and 302 rows at 128x192 over 22 n-blocks: 220 tiles, two rounds on 132 CTAs,
+  // so 110 CTAs take two tiles each and 22 none (without balancing, 88 would take two and 44 one).
+  const std::vector<int32_t> masked_m = {252, 312, 219, 302};
+  std::vector<int> per_cta;
+  std::set<std::tuple<int, int, int>> seen;
+  for (int cta = 0; cta < 132; ++cta) {
+    fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 192, 22> s(4096, 4, masked_m.data(), cta, 132);
+    fd::Tile t;
+    int n = 0;
+    while (s.next(t)) {
+      EXPECT_TRUE(seen.insert({t.group, t.m_block, t.n_block}).second);
+      ++n;
+    }
+    per_cta.push_back(n);
+    EXPECT_EQ(s.error_bits, 0u);
+  }
+  EXPECT_EQ(seen.size(), size_t(220));
+  EXPECT_EQ(std::count(per_cta.begin(), per_cta.end(), 2), 110);
+  EXPECT_EQ(std::count(per_cta.begin(), per_cta.end(), 0), 22);
+
+  // Masked, groups of 300 rows (3 blocks of 128) over 32 n-blocks: 8 groups make 768 tiles, 6 rounds, on 128 CTAs;
+  // nine groups are not balanced: every CTA works.
+  auto active_ctas = [](int groups) {
+    const std::vector<int32_t> rows(size_t(groups), 300);
+    int active = 0;
+    size_t tiles = 0;
+    for (int cta = 0; cta < 132; ++cta) {
+      fd::TileScheduler<fd::GemmKind::kGroupedMasked, 128, 128, 32> s(300, groups, rows.data(), cta, 132);
+      fd::Tile t;
+      size_t n = 0;
+      while (s.next(t)) ++n;
+      active += n > 0;
+      tiles += n;
+    }
+    EXPECT_EQ(tiles, size_t(groups * 3 * 32));
+    return active;
+  };
+  EXPECT_EQ(active_ctas(8), 128);
+  EXPECT_EQ(active_ctas(9), 132);
 }
 
 TEST(Scheduler, PsumInvalidEndsAreClampedFlaggedAndNeverOutOfBounds) {

@@ -128,6 +128,49 @@ struct TileScheduler {
       total_k = total_k_;
       enter_k_group(0);
     }
+    if constexpr (kBalancesRounds) {
+      if (num_groups <= kBalancedMaxGroups) balance_rounds();
+    }
+  }
+
+  /// Masked calls of at most kBalancedMaxGroups groups run on the fewest CTAs that take as many rounds of tiles as
+  /// all of them would (dense GEMMs do so on the host, where M is known): every CTA that works then takes the same
+  /// number of tiles, and the others leave at once instead of running one round fewer beside them. The walk counts
+  /// the call's tiles first (one masked_m load per group). (Psum kernels with gathered K-major SA spilled with it.)
+  static constexpr bool kBalancesRounds = kKind == GemmKind::kGroupedMasked;
+  static constexpr int32_t kBalancedMaxGroups = 8;
+
+  FG_HOST_DEVICE void balance_rounds() {
+    TileScheduler walk = *this;
+    int32_t total = 0;
+    while (walk.group < walk.num_groups) {
+      total += walk.group_tiles();
+      walk.enter_next_group();
+    }
+    const int32_t rounds = ceil_div(total, tile_stride);
+    if (rounds == 0) return;
+    tile_stride = ceil_div(total, rounds);
+    if (first_tile >= tile_stride) next_tile = total;  // no tile for this CTA
+  }
+
+  /// Masked, psum and K-grouped walks: the tiles of the walked group, its row blocks one n-block at a time and, with
+  /// kWideGroupTails, the pairs of n-blocks of a last block of at most 128 rows; `num_m_blocks` the former's rows.
+  FG_HOST_DEVICE int32_t group_tiles(int32_t* num_m_blocks = nullptr) const {
+    const bool wide_tail = kWideGroupTails && gemm_has_half_last_block<int32_t>(group_rows, BLOCK_M);
+    const int32_t m_blocks = wide_tail ? group_rows / BLOCK_M : ceil_div(group_rows, BLOCK_M);
+    if (num_m_blocks != nullptr) *num_m_blocks = m_blocks;
+    return m_blocks * kNumNBlocks + (wide_tail ? (kNumNBlocks + 1) / 2 : 0);
+  }
+
+  /// Masked, psum and K-grouped walks: makes the group after `group` the walked one.
+  FG_HOST_DEVICE void enter_next_group() {
+    ++group;
+    if constexpr (kKind == GemmKind::kGroupedContiguousPsum)
+      enter_psum_group(group);
+    else if constexpr (kKind == GemmKind::kGroupedK)
+      enter_k_group(group);
+    else
+      group_rows = masked_rows(group);
   }
 
   /// kTailHalves: the tiles of the last round that run as halves (0 when that round has more than half as many tiles
@@ -424,11 +467,9 @@ struct TileScheduler {
     const int32_t t = next_tile;
     // Walk forward to the group holding tile t (tiles of a CTA only move forward): one load per group passed.
     while (group < num_groups) {
-      // Row blocks walked one n-block at a time (rasterized): all of them, or all but a wide tail.
-      const bool wide_tail = kWideGroupTails && gemm_has_half_last_block<int32_t>(group_rows, BLOCK_M);
-      const int32_t num_m_blocks = wide_tail ? group_rows / BLOCK_M : ceil_div(group_rows, BLOCK_M);
-      const int32_t group_tiles = num_m_blocks * kNumNBlocks + (wide_tail ? (kNumNBlocks + 1) / 2 : 0);
-      if (t < tiles_before_group + group_tiles) {
+      int32_t num_m_blocks = 0;
+      const int32_t tiles = group_tiles(&num_m_blocks);
+      if (t < tiles_before_group + tiles) {
         next_tile += tile_stride;
         const int32_t i = t - tiles_before_group;
         tile.wide = false;
@@ -456,14 +497,8 @@ struct TileScheduler {
         }
         return true;
       }
-      tiles_before_group += group_tiles;
-      ++group;
-      if constexpr (kKind == GemmKind::kGroupedContiguousPsum)
-        enter_psum_group(group);
-      else if constexpr (kKind == GemmKind::kGroupedK)
-        enter_k_group(group);
-      else
-        group_rows = masked_rows(group);
+      tiles_before_group += tiles;
+      enter_next_group();
     }
     return false;
   }
