@@ -57,14 +57,21 @@ constexpr int64_t kBlockM256OneBlockMaxK = 512;
 constexpr double kNarrowSlabStoreFactor = 1.43;
 // The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS), with a block
 // holding two experts run as wide tiles: 1228 vs 1255 (G=4) and 1200 vs 1224 (G=8), and with equal experts (no such
-// block) 1243 vs 1270 and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4).
-// The same holds for the masked and psum layouts where a group spans several 256-row blocks; groups of at most 256 rows
-// keep the 256-row tiles (one tile per group and n-block), whatever K. Measured on an H200 with DeepGEMM's masked
-// cases (kernel us; 6 groups of 0.7-1.3x 1024 rows, 32 groups of 0.7-1.3x 192): 6 groups, masked 7168x3072 201.4 at
-// 256x128 against 187.2 at 128x192 (the same tokens as psum), 4096x4096 169.3 against 154.2, 4096x2048 102.9 against
-// 101.1; 32 groups, psum 7168x3072 293.6 at 256x128 against 304.6 at 128x192, 4096x2048 120.5 against 125.4.
-constexpr int64_t kBlockM256MinKContiguous = 4096;
+// block) 1243 vs 1270 and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4). On an H200 (DeepGEMM's contiguous
+// cases, experts of 0.7-1.3x 8192 and 4096 rows, kernel us, 128x192 -> 256x128, same run): 7168x3072 1052, 1056 ->
+// 1040 (G=4), 1134, 1138 -> 1122 (G=8); 4096x2048 409.7, 410.3 -> 410.0 and 411.0, 411.2 -> 411.3.
+constexpr int64_t kBlockM256MinKContiguous = 3072;
+// The masked and psum layouts where a group spans several 256-row blocks at K < 4096: measured on an H200 with
+// DeepGEMM's cases (kernel us; groups of 0.7-1.3x the rows named), 6 groups of ~1024 rows, masked 7168x3072 201.4
+// at 256x128 against 187.2 at 128x192 (the same tokens as psum), 4096x2048 102.9 against 101.1; but psum groups of
+// ~8192 and ~4096 rows ran faster at 256x128 (128x192 -> 256x128, same run): 7168x3072 1060, 1063 -> 1014 (G=4),
+// 1147, 1150 -> 1093 (G=8); 4096x2048 409.0, 409.5 -> 389.3 and 410.2, 410.6 -> 390.7. Groups of more than
+// kBlockM256ShortKMaxGroupRows rows (the expected count) keep the 256-row tiles, as do groups of at most 256 rows
+// (one tile per group and n-block: 32 groups of ~192 rows, psum 7168x3072 293.6 at 256x128 against 304.6 at
+// 128x192, 4096x2048 120.5 against 125.4). Between ~1200 and ~4900 expected rows the limit is not measured.
+constexpr int64_t kBlockM256MinKGroupRows = 4096;
 constexpr int64_t kBlockM256MaxGroupRowsAnyK = 256;
+constexpr int64_t kBlockM256ShortKMaxGroupRows = 2048;
 // Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
 // split tiles won where the unsplit ones were 16 columns wide (64x2112x7168 12.2 vs 13.3, 1x2112x7168 16.7 vs
 // 18.8, 129x576x7168 11.2 vs 12.8) and lost with 64-column or 128-row ones (64x4096x7168 BN=64 19.0 vs 16.9,
@@ -346,15 +353,15 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
                           "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
                           "saves";
-        } else if (block_m == 256 && p.k < kBlockM256MinKContiguous && !forced_256 &&
+        } else if (block_m == 256 && p.k < kBlockM256MinKGroupRows && !forced_256 &&
                    (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) &&
-                   p.m > kBlockM256MaxGroupRowsAnyK) {
-          cand.rejected = "BLOCK_M=256 over masked or psum groups of more than 256 rows needs K >= 4096 (128x192 tiles "
+                   p.m > kBlockM256MaxGroupRowsAnyK && p.m <= kBlockM256ShortKMaxGroupRows) {
+          cand.rejected = "BLOCK_M=256 over masked or psum groups of 257-2048 rows needs K >= 4096 (128x192 tiles "
                           "measured faster)";
         } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
                    !forced_256) {
-          cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 4096: at K=2048 it measured ~2% "
-                          "slower than 128-row tiles, equal experts or not";
+          cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 3072: at K=2048 it measured no faster "
+                          "than 128-row tiles (H200), ~2% slower on an H100";
         } else if (p.kind == GemmKind::kGroupedK &&
                    (block_m != 128 || device::gemm_k_depth(uint32_t(block_m), uint32_t(block_n)) != 1)) {
           cand.rejected = "K-grouped kernels run 128-row tiles with two math warpgroups taking turns (K depth 1: "

@@ -147,23 +147,37 @@ TEST(Heuristics, PsumCountsTheTilesOfEachGroupAndKeepsTheContiguousPolicies) {
   EXPECT_EQ(c.split_k, 1);
   EXPECT_EQ(c.grid, 132) << "grouped kernels keep every SM";
   EXPECT_FALSE(c.b_evict_first) << "experts hold many row blocks each (the contiguous policy)";
-  // The contiguous layout's K rule for 256-row tiles, for groups of more than 256 rows; groups of at most 256 rows
-  // (one 256-row tile per group and n-block) keep them at any K, as masked groups do.
+  // The K rule for 256-row tiles over masked and psum groups of 257-2048 rows; groups of at most 256 rows (one
+  // 256-row tile per group and n-block) and groups of more than 2048 keep them at any K.
   p.k = 2048;
-  for (int64_t rows : {1000, 300, 230}) {
+  for (int64_t rows : {5000, 2048, 1000, 300, 230}) {
     for (GemmKind kind : {GemmKind::kGroupedContiguousPsum, GemmKind::kGroupedMasked}) {
       Problem q = p;
       q.kind = kind;
       q.m = rows;
-      q.m_max = kind == GemmKind::kGroupedMasked ? 4096 : 0;
+      q.m_max = kind == GemmKind::kGroupedMasked ? 8192 : 0;
       for (const auto& cand : fh::enumerate_candidates(q, 132))
         if (cand.config.block_m == 256 && cand.config.block_n == 128 && cand.config.split_k == 1) {
-          if (rows > 256)
+          if (rows > 256 && rows <= 2048)
             EXPECT_NE(cand.rejected.find("needs K >= 4096"), std::string::npos) << rows << ": " << cand.rejected;
           else
             EXPECT_TRUE(cand.rejected.empty()) << rows << ": " << cand.rejected;
         }
     }
+  }
+  // The m_indices layout keeps 256-row tiles from K = 3072.
+  for (int64_t k : {2048, 3072}) {
+    Problem q = p;
+    q.kind = GemmKind::kGroupedContiguous;
+    q.m = 8 * 4096;
+    q.k = k;
+    for (const auto& cand : fh::enumerate_candidates(q, 132))
+      if (cand.config.block_m == 256 && cand.config.block_n == 128 && cand.config.split_k == 1) {
+        if (k < 3072)
+          EXPECT_NE(cand.rejected.find("needs K >= 3072"), std::string::npos) << k << ": " << cand.rejected;
+        else
+          EXPECT_TRUE(cand.rejected.empty()) << k << ": " << cand.rejected;
+      }
   }
   // Few rows per group: tiles of 64 rows, one block per group.
   p.m = 40;
