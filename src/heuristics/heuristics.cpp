@@ -69,7 +69,7 @@ constexpr int64_t kBlockM256MinKContiguous = 3072;
 // kBlockM256ShortKMaxGroupRows rows (the expected count) keep the 256-row tiles, as do groups of at most 256 rows
 // (one tile per group and n-block: 32 groups of ~192 rows, psum 7168x3072 293.6 at 256x128 against 304.6 at
 // 128x192, 4096x2048 120.5 against 125.4). Between ~1200 and ~4900 expected rows the limit is not measured.
-constexpr int64_t kBlockM256MinKGroupRows = 4096;
+constexpr int64_t kBlockM256MinKMaskedPsum = 4096;
 constexpr int64_t kBlockM256MaxGroupRowsAnyK = 256;
 constexpr int64_t kBlockM256ShortKMaxGroupRows = 2048;
 // Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
@@ -353,7 +353,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
           cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
                           "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
                           "saves";
-        } else if (block_m == 256 && p.k < kBlockM256MinKGroupRows && !forced_256 &&
+        } else if (block_m == 256 && p.k < kBlockM256MinKMaskedPsum && !forced_256 &&
                    (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) &&
                    p.m > kBlockM256MaxGroupRowsAnyK && p.m <= kBlockM256ShortKMaxGroupRows) {
           cand.rejected = "BLOCK_M=256 over masked or psum groups of 257-2048 rows needs K >= 4096 (128x192 tiles "
