@@ -104,6 +104,17 @@ ft::ProblemShape shape(GemmKind kind, int groups, int64_t m, int64_t n, int64_t 
   return s;
 }
 
+/// Router-like rows per expert for a grouped shape: drawn from 0.5x..1.5x of its m, every fifth expert from the
+/// second on empty.
+std::vector<int> router_rows(const ft::ProblemShape& s, std::mt19937& rng) {
+  std::vector<int> rows;
+  for (int e = 0; e < s.groups; ++e) {
+    std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
+    rows.push_back(e % 5 == 1 ? 0 : int(dist(rng)));
+  }
+  return rows;
+}
+
 /// The weight-gradient GEMM: fp32 D = C + A x B^T, 1x128 scales on both operands.
 ft::ProblemShape wgrad(int64_t m, int64_t n, int64_t k) {
   ft::ProblemShape s = shape(GemmKind::kNormal, 1, m, n, k);
@@ -254,11 +265,7 @@ TEST_F(Gpu, GroupedContiguous) {
     for (bool k_major : {false, true}) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(900 + i++);
-      // Random counts around the expected value, with some empty experts.
-      for (int e = 0; e < s.groups; ++e) {
-        std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
-        opt.expert_rows.push_back(s.groups > 1 && e % 5 == 1 ? 0 : int(dist(rng)));
-      }
+      opt.expert_rows = router_rows(s, rng);
       ft::GemmProblem p(s, opt);
       expect_correct("contiguous", p, s, k_major);
     }
@@ -289,11 +296,7 @@ TEST_F(Gpu, ContiguousAlignedTo64Rows) {
       opt.seed = uint64_t(3300 + i++);
       opt.m_alignment = 64;
       opt.expert_rows = cases[c].expert_rows;
-      if (opt.expert_rows.empty())
-        for (int e = 0; e < s.groups; ++e) {
-          std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
-          opt.expert_rows.push_back(e % 5 == 1 ? 0 : int(dist(rng)));
-        }
+      if (opt.expert_rows.empty()) opt.expert_rows = router_rows(s, rng);
       ft::GemmProblem p(s, opt);
       fg::Problem problem = ft::problem_of(s, k_major);
       problem.m = p.rows();
@@ -561,10 +564,7 @@ TEST_F(Gpu, GroupedContiguousPsum) {
     for (bool k_major : {false, true}) {
       ft::ProblemOptions opt;
       opt.seed = uint64_t(2900 + i++);
-      for (int e = 0; e < s.groups; ++e) {
-        std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
-        opt.expert_rows.push_back(s.groups > 1 && e % 5 == 1 ? 0 : int(dist(rng)));
-      }
+      opt.expert_rows = router_rows(s, rng);
       ft::GemmProblem p(s, opt);
       const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
       configs.insert(config.substr(0, config.find(' ')));
@@ -605,11 +605,7 @@ TEST_F(Gpu, PsumWith64And32RowAlignment) {
         opt.seed = uint64_t(3100 + i++);
         opt.m_alignment = alignment;
         opt.expert_rows = cases[c].expert_rows;
-        if (opt.expert_rows.empty())
-          for (int e = 0; e < s.groups; ++e) {
-            std::uniform_int_distribution<int64_t> dist(s.m / 2, s.m + s.m / 2);
-            opt.expert_rows.push_back(e % 5 == 1 ? 0 : int(dist(rng)));
-          }
+        if (opt.expert_rows.empty()) opt.expert_rows = router_rows(s, rng);
         ft::GemmProblem p(s, opt);
         ASSERT_EQ(p.m_alignment(), alignment);
         fg::Problem problem = ft::problem_of(s, k_major);
