@@ -23,6 +23,7 @@
 #include "finegemm/device/gemm/pipeline.cuh"
 #include "finegemm/device/gemm/producer.cuh"
 #include "finegemm/device/gemm/split_k.cuh"
+#include "finegemm/device/gemm/tile_ring.cuh"
 #include "finegemm/device/gemm/traits.cuh"
 #include "finegemm/device/ptx/mbarrier.cuh"
 #include "finegemm/device/ptx/sync.cuh"
@@ -92,6 +93,22 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   smem.c_empty = smem.c_full + 1;                                                     // kOutF32AddC
   smem.exchange = reinterpret_cast<float*>(base + Layout::kOffsetExchange);  // split-K: (BLOCK_M, BLOCK_N) fp32
 
+  // The math warps' tiles, walked for them by the producer's fourth warp (publish_tiles): two slots of a tile's
+  // fields and a flag (0: none left), each with a full and an empty barrier. The math then starts a tile with a shared
+  // read instead of the walk (for m_indices, a global round trip after each epilogue). Measured against the math's own
+  // walk (finegemm bench, H200, mean of two rounds' medians): contiguous 4x8192x7168x3072 1381.1 -> 1365.9 us,
+  // 8x4096x4096x2048 495.3 -> 492.0 us, psum 8x4096x4096x2048 396.0 -> 390.9 us; dense and masked within 0.4%.
+  // Not for the fp32 outputs: their 128x144 and 128x160 kernels then kept GemmSmem on the stack (768-928 bytes).
+  constexpr bool kTileRing = kOutput == kOutBf16;
+  // The ring lives in the launch's alignment slack (1024 bytes, before base or after the carve-up, one of which holds
+  // at least 512): a static __shared__ array made the kernels' static shared memory 1024 bytes (the dynamic part's
+  // alignment), which the largest launches do not have.
+  static_assert(Layout::kAlignmentSlack >= 2 * TileRingLayout::kBytes);
+  const uint32_t smem_raw_addr = ptx::smem_addr(smem_raw);
+  const uint32_t carve_end = ptx::smem_addr(base) + Layout::kTotalBytes;
+  const uint32_t tile_ring =
+      smem_raw_addr + Layout::kLaunchBytes - carve_end >= TileRingLayout::kBytes ? carve_end : smem_raw_addr;
+
   const uint32_t warp_idx = __shfl_sync(0xffffffff, threadIdx.x / 32, 0);
   const uint32_t lane_idx = ptx::lane_id();
   const uint32_t cta_rank = kSplitK > 1 ? ptx::cluster_cta_rank() : 0;
@@ -113,6 +130,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       ptx::mbarrier_init(smem.exchange_full, 1);   // CTA 0's expect_tx; CTA 1's st.async bytes complete it
       ptx::mbarrier_init(smem.exchange_empty, 1);  // CTA 0's thread 0, once all its math threads read the sums
     }
+    if constexpr (kTileRing) init_tile_ring(tile_ring, kNumMathThreads);
     if constexpr (Cfg::kAddC) {
       ptx::mbarrier_init(smem.c_full, 1);                           // A's issuer's expect_tx; C's TMA bytes complete it
       ptx::mbarrier_init(smem.c_empty, Cfg::kNumMathWarpgroups);    // each math warpgroup, once its stores read the tile
@@ -149,6 +167,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       load_b_stages<Cfg>(args, smem, scheduler, kb_begin);
     } else if (producer_warp == 1) {
       stage_scales<Cfg>(args, smem, scheduler, kb_begin, lane_idx);
+    } else if (kTileRing && producer_warp == 3 && lane_idx == 0) {
+      publish_tiles(scheduler, tile_ring);
+      if (scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kMathRegisters>();
@@ -159,12 +180,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     MathWarpgroup<Cfg> math(smem, math_wg, warp_in_wg, lane_idx);
     math.start_turns();
     SplitKExchange<Cfg> exchange{smem};
-    // Whole warps of 64- and 128-row kernels walk the candidates and skip those without work in their own loop
-    // (TileScheduler::next_candidate): with the skip loop inside next(), ptxas gave the grouped 128-row kernels a K
-    // loop of 170 instead of 156 instructions (2.5% slower at K=2048). The 256-row kernels keep next(): there the
-    // candidate walk cost 2 instructions per K block (1% slower).
+    TileSubscriber tiles{tile_ring};
+    // Without the ring (fp32 outputs): whole warps of 64- and 128-row kernels walk the candidates and skip those without work in
+    // their own loop (TileScheduler::next_candidate): with the skip loop inside next(), ptxas gave the grouped 128-row
+    // kernels a K loop of 170 instead of 156 instructions (2.5% slower at K=2048). The 256-row kernels keep next():
+    // there the candidate walk cost 2 instructions per K block (1% slower).
     bool has_work = true;
     auto next_tile = [&](Tile& t) -> bool {
+      if constexpr (kTileRing) return tiles.next(t);
       if constexpr (BLOCK_M <= 128) return scheduler.next_candidate(t, has_work);
       return scheduler.next(t);
     };
@@ -209,8 +232,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // launches of 4096x7168x16384 and contiguous 4x8192x4096x7168 measured 1.4% and 2.3% slower.
     if constexpr (BLOCK_M <= 128) ptx::launch_dependents();
     if (wg_thread == 0) ptx::tma_store_wait<0>();
+    if (!kTileRing && threadIdx.x == 0 && scheduler.error_bits != 0)
+      ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
     if constexpr (kSplitK > 1) exchange.finish(cta_rank);
-    if (threadIdx.x == 0 && scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
   }
 }
 
