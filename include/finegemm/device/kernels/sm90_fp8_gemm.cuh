@@ -181,10 +181,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     math.start_turns();
     SplitKExchange<Cfg> exchange{smem};
     TileSubscriber tiles{tile_ring};
-    // Without the ring (fp32 outputs): whole warps of 64- and 128-row kernels walk the candidates and skip those without work in
-    // their own loop (TileScheduler::next_candidate): with the skip loop inside next(), ptxas gave the grouped 128-row
-    // kernels a K loop of 170 instead of 156 instructions (2.5% slower at K=2048). The 256-row kernels keep next():
-    // there the candidate walk cost 2 instructions per K block (1% slower).
+    // Without the ring (fp32 outputs): whole warps of 64- and 128-row kernels walk the candidates and skip those
+    // without work in their own loop (TileScheduler::next_candidate): with the skip loop inside next(), ptxas gave the
+    // grouped 128-row kernels a K loop of 170 instead of 156 instructions (2.5% slower at K=2048). The 256-row kernels
+    // keep next(): there the candidate walk cost 2 instructions per K block (1% slower).
     bool has_work = true;
     auto next_tile = [&](Tile& t) -> bool {
       if constexpr (kTileRing) return tiles.next(t);
