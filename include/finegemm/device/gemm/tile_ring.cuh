@@ -6,6 +6,7 @@
 #pragma once
 
 #include "finegemm/device/common/types.cuh"
+#include "finegemm/device/ptx/mbarrier.cuh"
 #include "finegemm/device/scheduler.cuh"
 
 namespace finegemm::device {
@@ -19,31 +20,11 @@ struct TileRingLayout {
   static constexpr uint32_t kBytes = kEmpty + 16;
 };
 
-namespace tile_ring_ptx {
-FG_DEVICE void arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-FG_DEVICE bool try_wait(uint32_t bar, uint32_t phase) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(phase)
-      : "memory");
-  return done != 0;
-}
-}  // namespace tile_ring_ptx
-
 /// Called by one thread before the CTA's barrier sync.
 FG_DEVICE void init_tile_ring(uint32_t ring, uint32_t num_math_threads) {
   for (uint32_t r = 0; r < 2; ++r) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ring + TileRingLayout::kFull + 8 * r), "r"(1u)
-                 : "memory");
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ring + TileRingLayout::kEmpty + 8 * r),
-                 "r"(num_math_threads)
-                 : "memory");
+    ptx::mbarrier_init(ring + TileRingLayout::kFull + 8 * r, 1);
+    ptx::mbarrier_init(ring + TileRingLayout::kEmpty + 8 * r, num_math_threads);
   }
 }
 
@@ -55,7 +36,7 @@ FG_DEVICE void publish_tiles(Scheduler& scheduler, uint32_t ring) {
   while (more) {
     Tile t;
     more = scheduler.next(t);
-    while (!tile_ring_ptx::try_wait(ring + TileRingLayout::kEmpty + 8 * slot, phase ^ 1)) {
+    while (!ptx::mbarrier_try_wait_parity_unhinted(ring + TileRingLayout::kEmpty + 8 * slot, phase ^ 1)) {
     }
     const uint32_t w = ring + slot * TileRingLayout::kSlotBytes;
     asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};" ::"r"(w), "r"(t.group), "r"(t.m_block), "r"(t.n_block),
@@ -67,7 +48,7 @@ FG_DEVICE void publish_tiles(Scheduler& scheduler, uint32_t ring) {
     asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};" ::"r"(w + 32), "r"(t.k_block0), "r"(t.num_k_blocks),
                  "r"(int32_t(more)), "r"(0)
                  : "memory");
-    tile_ring_ptx::arrive(ring + TileRingLayout::kFull + 8 * slot);  // releases the slot's stores
+    ptx::mbarrier_arrive(ring + TileRingLayout::kFull + 8 * slot);  // releases the slot's stores
     if (++slot == 2) {
       slot = 0;
       phase ^= 1;
@@ -85,7 +66,8 @@ struct TileSubscriber {
   /// a per-thread exit from the wait loop, ptxas kept the K loop's stage index out of the uniform registers (195 ->
   /// 258 instructions per iteration of the 256x128 kernels).
   FG_DEVICE bool next(Tile& t) {
-    while (!__all_sync(0xffffffffu, tile_ring_ptx::try_wait(ring + TileRingLayout::kFull + 8 * slot, phase))) {
+    const uint32_t full = ring + TileRingLayout::kFull + 8 * slot;
+    while (!__all_sync(0xffffffffu, ptx::mbarrier_try_wait_parity_unhinted(full, phase))) {
     }
     const uint32_t w = ring + slot * TileRingLayout::kSlotBytes;
     int32_t v[12];
@@ -97,7 +79,7 @@ struct TileSubscriber {
     asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];" : "=r"(v[8]), "=r"(v[9]), "=r"(v[10]), "=r"(v[11])
                  : "r"(w + 32)
                  : "memory");
-    tile_ring_ptx::arrive(ring + TileRingLayout::kEmpty + 8 * slot);
+    ptx::mbarrier_arrive(ring + TileRingLayout::kEmpty + 8 * slot);
     phase ^= slot;
     slot ^= 1;
     t.group = v[0];

@@ -7,9 +7,12 @@ namespace finegemm::device::ptx {
 
 FG_DEVICE uint32_t smem_addr(const void* ptr) { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); }
 
-FG_DEVICE void mbarrier_init(uint64_t* bar, uint32_t arrive_count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count) : "memory");
+// Each barrier operation takes the barrier's 32-bit shared-memory address; the pointer forms convert it. Kernels at
+// their register limit keep 32-bit addresses where generic pointers spilled (the tile ring).
+FG_DEVICE void mbarrier_init(uint32_t bar, uint32_t arrive_count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrive_count) : "memory");
 }
+FG_DEVICE void mbarrier_init(uint64_t* bar, uint32_t arrive_count) { mbarrier_init(smem_addr(bar), arrive_count); }
 
 /// Makes barrier initialisation visible to the async proxy and to the other CTAs of the cluster.
 FG_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
@@ -17,9 +20,10 @@ FG_DEVICE void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release
 /// Orders this thread's generic-proxy shared-memory accesses before later async-proxy (TMA, wgmma) accesses.
 FG_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-FG_DEVICE void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+FG_DEVICE void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+FG_DEVICE void mbarrier_arrive(uint64_t* bar) { mbarrier_arrive(smem_addr(bar)); }
 
 /// An arrive on `bar` once every cp.async this thread issued before it has completed (PTX ISA
 /// cp.async.mbarrier.arrive). `.noinc`: it counts as one of the arrivals the barrier was initialized to expect.
@@ -58,6 +62,20 @@ FG_DEVICE bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t phase) {
       "selp.u32 %0, 1, 0, p;\n}\n"
       : "=r"(done)
       : "r"(smem_addr(bar)), "r"(phase), "r"(kMbarrierSuspendTimeHint)
+      : "memory");
+  return done != 0;
+}
+
+/// As above, without the suspend-time hint (the thread suspends for the system's own limit): for waits polled by a
+/// warp vote (the tile ring's), where the hint was not measured.
+FG_DEVICE bool mbarrier_try_wait_parity_unhinted(uint32_t bar, uint32_t phase) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(phase)
       : "memory");
   return done != 0;
 }
