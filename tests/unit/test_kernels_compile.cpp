@@ -513,8 +513,10 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
 // spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix).
 TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   std::set<std::string> functions;
+  // The last three take 64x96 tiles with three K blocks in flight (gemm_math_registers gives them 248 registers).
   const int64_t shapes[][3] = {{7168, 4096, 16384}, {4096, 4096, 7168}, {2112, 4096, 7168}, {24576, 4096, 1536},
-                               {576, 4096, 7168},   {32768, 4096, 512}, {7168, 4096, 2048}, {100, 264, 640}};
+                               {576, 4096, 7168},   {32768, 4096, 512}, {7168, 4096, 2048}, {100, 264, 640},
+                               {144, 4096, 512},    {144, 4096, 1536},  {144, 4096, 2048}};
   struct Variant {
     finegemm::DType d_dtype;
     bool accumulate, c_is_d;

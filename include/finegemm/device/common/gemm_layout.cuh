@@ -128,8 +128,12 @@ FG_HOST_DEVICE constexpr uint32_t epilogue_slab_cols(uint32_t block_n, uint32_t 
 FG_HOST_DEVICE constexpr bool gemm_roomy_producer(bool grouped, uint32_t block_m, uint32_t block_n, uint32_t sa_mode) {
   return block_m == 128 && ((grouped && block_n <= 160) || (sa_mode == kSaKMajorGather && block_n <= 192));
 }
+/// The 64-row kernels (one math warpgroup, 256 threads) have registers to spare: the weight gradient's (1x128 SB, a
+/// scale per column of the tile) take 248, with which its 64x96 tiles of three K blocks in flight stop spilling (12
+/// bytes with 232); the others keep 232.
 FG_HOST_DEVICE constexpr uint32_t gemm_math_registers(bool grouped, uint32_t block_m, uint32_t block_n,
-                                                      uint32_t sa_mode) {
+                                                      uint32_t sa_mode, uint32_t sb_mode) {
+  if (block_m == 64 && sb_mode == kSbRowMnMajor) return 248;
   return gemm_roomy_producer(grouped, block_m, block_n, sa_mode) ? 224 : 232;
 }
 FG_HOST_DEVICE constexpr uint32_t gemm_producer_registers(bool grouped, uint32_t block_m, uint32_t block_n,

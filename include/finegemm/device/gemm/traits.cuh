@@ -52,7 +52,7 @@ struct GemmTraits {
   static constexpr uint32_t kWaveRows = Layout::kWaveRows;
   static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
   static constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
-  static constexpr uint32_t kMathRegisters = gemm_math_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
+  static constexpr uint32_t kMathRegisters = gemm_math_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode, kSbMode);
   static constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
 
   // ---- Scales -------------------------------------------------------------------------------------------------
