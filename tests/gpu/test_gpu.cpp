@@ -17,15 +17,18 @@
 #include <climits>
 #include <mutex>
 
+#include "finegemm/device/common/gemm_args.cuh"
 #include "finegemm/finegemm.hpp"
 #include "heuristics/heuristics.hpp"
 #include "jit/driver.hpp"
+#include "jit/launch.hpp"
 #include "jit/runtime.hpp"
 #include "test_headers.hpp"
 #include "reference/reference.hpp"
 #include "gpu/gpu_test.hpp"
 #include "lib/device_buffer.hpp"
 #include "lib/gemm_problem.hpp"
+#include "lib/jit_kernel.hpp"
 #include "lib/shapes.hpp"
 #include "lib/timing.hpp"
 
@@ -742,6 +745,24 @@ TEST_F(Gpu, HostOverheadOfWarmCalls) {
   // grouped layouts with 8 experts of about 64 rows. Three measurements of 10,000 calls each, bounded by their
   // median: on the lent hosts, other tenants now and then slow one whole measurement down (five repeats of one test
   // binary on one host gave 4.27, 4.41, 6.90, 4.61 and 4.57 us for the dense call). Every run is printed.
+  // Beside each, the driver's own launch (cuLaunchKernelEx) of a kernel that does nothing with the same argument
+  // block, on one CTA of 384 threads per SM: what a call costs above it is the library's part, while the launch's
+  // own cost moves with the host.
+  const CUfunction empty = ft::jit_tool_kernel("finegemm/tools/empty_kernel.cuh",
+                                               "finegemm::tools::empty_kernel<finegemm::device::GemmArgs>",
+                                               "(const __grid_constant__ finegemm::device::GemmArgs)");
+  fg::jit::LaunchShape empty_shape;
+  empty_shape.grid_x = unsigned(fg::get_num_sms());
+  empty_shape.block_x = 384;
+  fg::device::GemmArgs empty_args{};
+  void* empty_params[] = {&empty_args};
+  const auto launch_empty = [&](cudaStream_t st) {
+    fg::jit::launch_kernel(empty, empty_shape, reinterpret_cast<CUstream>(st), empty_params, "empty_kernel");
+  };
+  const auto median_of_three = [&](const std::function<void(cudaStream_t)>& enqueue, double runs[3]) {
+    for (int i = 0; i < 3; ++i) runs[i] = ft::host_overhead_us(enqueue, stream_, 10000);
+    return ft::summarize_samples(std::vector<double>(runs, runs + 3)).median;
+  };
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 64, 7168, 2048),
                                      shape(GemmKind::kGroupedContiguous, 8, 64, 4096, 7168),
                                      shape(GemmKind::kGroupedContiguousPsum, 8, 64, 4096, 7168),
@@ -751,13 +772,15 @@ TEST_F(Gpu, HostOverheadOfWarmCalls) {
     ft::GemmProblem p(s, opt);
     p.run(false, stream_);
     FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<double> runs(3);
-    for (double& us : runs) us = ft::host_overhead_us([&](cudaStream_t st) { p.run(false, st); }, stream_, 10000);
-    const double median = ft::summarize_samples(runs).median;
+    double runs[3], driver_runs[3];
+    const double median = median_of_three([&](cudaStream_t st) { p.run(false, st); }, runs);
+    const double driver = median_of_three(launch_empty, driver_runs);
     std::printf("[overhead] warm %s %dx%lldx%lldx%lld: %.2f us per call, median of 3 runs of 10000 calls "
-                "(%.2f, %.2f, %.2f)\n",
+                "(%.2f, %.2f, %.2f); the driver's launch of an empty kernel %.2f us (%.2f, %.2f, %.2f), "
+                "%.2f us below the call\n",
                 s.kind_name(), s.groups, static_cast<long long>(s.m), static_cast<long long>(s.n),
-                static_cast<long long>(s.k), median, runs[0], runs[1], runs[2]);
+                static_cast<long long>(s.k), median, runs[0], runs[1], runs[2], driver, driver_runs[0],
+                driver_runs[1], driver_runs[2], median - driver);
     EXPECT_LE(median, 5.0) << s.kind_name();
   }
 }
