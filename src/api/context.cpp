@@ -42,8 +42,7 @@ Context::Context(Settings settings, jit::Runtime& runtime)
 
 int Context::num_sms(int device) {
   const int device_sms = runtime_.device_info(device).num_sms;
-  int requested = num_sms_override_.load();
-  if (requested <= 0) requested = settings_.num_sms;
+  const int requested = requested_sms();
   return requested > 0 && requested < device_sms ? requested : device_sms;
 }
 

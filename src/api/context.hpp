@@ -34,6 +34,11 @@ class Context {
 
   /// SMs the kernels use on `device` (set_num_sms, else FINEGEMM_NUM_SMS, at most the device's).
   int num_sms(int device);
+  /// The SM limit asked for (set_num_sms, else FINEGEMM_NUM_SMS; 0: none): with the device, it gives num_sms.
+  int requested_sms() const {
+    const int requested = num_sms_override_.load(std::memory_order_relaxed);
+    return requested > 0 ? requested : settings_.num_sms;
+  }
   void set_num_sms(int num_sms) { num_sms_override_ = num_sms; }
   /// Whether GEMMs and quantizers launch with programmatic dependent launch.
   bool pdl() const { return pdl_; }

@@ -1,5 +1,6 @@
 // Entry points of the GEMMs: validate, pick a config, build TMA descriptors, launch. A warm call is a lookup in the
-// plan cache (keyed by shapes, strides, pointers and device) followed by one cuLaunchKernelEx.
+// plan cache (keyed by the call's arguments as given: tensor views, scalars, device) followed by one
+// cuLaunchKernelEx; only the first call with those arguments validates them.
 #include <cuda.h>
 
 #include <array>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 #include "api/context.hpp"
@@ -49,35 +51,42 @@ jit::KernelSpec gemm_spec(const KernelConfig& config) {
   return spec;
 }
 
-/// Everything a launch depends on, as a flat key.
-struct PlanKey {
-  std::array<uint64_t, 27> words{};
-  bool operator==(const PlanKey& o) const { return words == o.words; }
-};
+/// A call's arguments as given, before validation: its kind, tensor views (address, type, rank, sizes, strides) and
+/// scalars, with the device and the SM limit asked for. Validation reads nothing else, so arguments equal to an
+/// earlier call's validate the same way: a warm call finds its plan by them, without validating again. Compared as
+/// bytes (zero-initialized, no padding).
+struct ArgumentKey {
+  static constexpr int kMaxViews = 7;  // the K-grouped call's
+  int32_t kind = 0;
+  int32_t num_views = 0;
+  int32_t device = 0;
+  int32_t requested_sms = 0;
+  int64_t scalars[2] = {0, 0};
+  TensorView views[kMaxViews];
 
-struct PlanKeyHash {
-  size_t operator()(const PlanKey& k) const {
-    uint64_t h = 0x9E3779B97F4A7C15ull;
-    for (uint64_t w : k.words) {
-      h ^= w + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-      h *= 0xFF51AFD7ED558CCDull;
+  ArgumentKey(GemmKind call_kind, std::initializer_list<const TensorView*> call_views) {
+    std::memset(static_cast<void*>(this), 0, sizeof(*this));
+    kind = int32_t(call_kind);
+    for (const TensorView* v : call_views) {
+      if (v != nullptr) views[num_views] = *v;  // an absent optional view stays all zero (rank 0)
+      ++num_views;
     }
-    return size_t(h ^ (h >> 33));
+  }
+  bool operator==(const ArgumentKey& o) const { return std::memcmp(this, &o, sizeof(*this)) == 0; }
+  /// The kind, the first view's rows and the views' addresses, mixed: calls rarely share all of them.
+  size_t hash() const {
+    uint64_t h = uint64_t(kind) * 0x9E3779B97F4A7C15ull ^ uint64_t(views[0].shape[0]);
+    for (const TensorView& v : views) h = (h ^ uint64_t(reinterpret_cast<uintptr_t>(v.data))) * 0xFF51AFD7ED558CCDull;
+    return size_t(h ^ (h >> 29));
   }
 };
+static_assert(sizeof(TensorView) == 64 && std::has_unique_object_representations_v<TensorView>,
+              "ArgumentKey compares views as bytes");
+static_assert(sizeof(ArgumentKey) == 32 + 64 * ArgumentKey::kMaxViews, "ArgumentKey has no padding");
 
-PlanKey make_key(const GemmCall& c, int device, int num_sms) {
-  PlanKey k;
-  auto p = [](const void* ptr) { return uint64_t(reinterpret_cast<uintptr_t>(ptr)); };
-  k.words = {uint64_t(c.kind), uint64_t(c.rows), uint64_t(c.n), uint64_t(c.k), uint64_t(c.num_groups),
-             uint64_t(c.expected_m), uint64_t(c.sa_k_major), uint64_t(c.lda), uint64_t(c.ld_sa), uint64_t(c.ld_d),
-             p(c.a), p(c.sa), p(c.b), p(c.sb), p(c.d), p(c.layout), uint64_t(device), uint64_t(num_sms),
-             uint64_t(c.a_rows), uint64_t(c.sb_per_row) | uint64_t(c.d_dtype) << 1, uint64_t(c.ld_sb), p(c.c),
-             uint64_t(c.ld_c),
-             // K-grouped: the sum of K and its mean (never the K_g: they may change between graph replays)
-             uint64_t(c.expected_k), p(c.workspace), uint64_t(c.workspace_bytes), uint64_t(c.m_alignment)};
-  return k;
-}
+struct ArgumentKeyHash {
+  size_t operator()(const ArgumentKey& k) const { return k.hash(); }
+};
 
 struct LaunchPlan {
   CUfunction function = nullptr;
@@ -327,21 +336,22 @@ void launch(const LaunchPlan& plan, Stream stream) {
                      reinterpret_cast<CUstream>(stream), params, "cuLaunchKernelEx(fp8 gemm)");
 }
 
+/// The plans of the calls made so far, by their arguments.
 class PlanCache {
  public:
-  std::shared_ptr<const LaunchPlan> get(const GemmCall& call) {
+  /// The plan of arguments equal to `key`, or null.
+  std::shared_ptr<const LaunchPlan> find(const ArgumentKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = plans_.find(key);
+    return it != plans_.end() ? it->second : nullptr;
+  }
+
+  /// Builds the plan of the validated `call` (first checking where its pointers live) and keeps it under `key`.
+  std::shared_ptr<const LaunchPlan> add(const ArgumentKey& key, const GemmCall& call, int device) {
     Context& ctx = Context::instance();
-    const int device = ctx.runtime().current_device();
-    const int num_sms = ctx.num_sms(device);
-    const PlanKey key = make_key(call, device, num_sms);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-    }
-    // First call with these pointers and shapes: check where the pointers live, then build.
     ctx.check_hopper(device, "device");
     check_device_pointers(call, device);
-    std::unique_ptr<LaunchPlan> plan = build_plan(call, device, num_sms);
+    std::unique_ptr<LaunchPlan> plan = build_plan(call, device, ctx.num_sms(device));
     std::lock_guard<std::mutex> lock(mutex_);
     // Plans are keyed by pointers: bound the map for callers that never reuse buffers (a plan rebuilds in
     // microseconds once its kernel is loaded; callers hold shared pointers, so clearing is safe).
@@ -353,7 +363,7 @@ class PlanCache {
  private:
   static constexpr size_t kMaxPlans = 4096;
   std::mutex mutex_;
-  std::unordered_map<PlanKey, std::shared_ptr<const LaunchPlan>, PlanKeyHash> plans_;
+  std::unordered_map<ArgumentKey, std::shared_ptr<const LaunchPlan>, ArgumentKeyHash> plans_;
 };
 
 PlanCache& plan_cache() {
@@ -361,34 +371,49 @@ PlanCache& plan_cache() {
   return cache;
 }
 
-void run(const GemmCall& call, Stream stream) {
-  if (call.rows == 0 || call.num_groups == 0) return;  // nothing to compute
-  // K-grouped with every expert empty: no kernel (D stays as it is, or zero).
-  std::shared_ptr<const LaunchPlan> plan = call.k > 0 ? plan_cache().get(call) : nullptr;
-  // K-grouped without accumulation: the kernel adds into D (and skips empty experts), so D starts at zero.
-  if (call.zero_d)
-    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(call.d), 0,
-                                       size_t(call.a_rows) * size_t(call.n), reinterpret_cast<CUstream>(stream)),
-             "cuMemsetD32Async(D)");
-  if (plan) launch(*plan, stream);
+/// The plan of the call whose arguments `key` holds (the device and SM limit are set here): an earlier call's, or
+/// built after `validate()`, which returns the GemmCall or throws on bad arguments. Null where there is nothing to
+/// compute. Without a driver the arguments are validated all the same before the driver's absence is reported.
+template <typename Validate>
+std::shared_ptr<const LaunchPlan> plan_for(ArgumentKey& key, const Validate& validate) {
+  if (!jit::driver_available()) [[unlikely]] {
+    const GemmCall call = validate();
+    if (call.rows == 0 || call.num_groups == 0) return nullptr;
+    driver();  // throws: why there is no driver
+  }
+  Context& ctx = Context::instance();
+  const int device = ctx.runtime().current_device();
+  key.device = device;
+  key.requested_sms = ctx.requested_sms();
+  if (std::shared_ptr<const LaunchPlan> plan = plan_cache().find(key)) return plan;
+  const GemmCall call = validate();
+  if (call.rows == 0 || call.num_groups == 0) return nullptr;  // nothing to compute
+  return plan_cache().add(key, call, device);
 }
 
 }  // namespace
 
 void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                           const TensorView& d, Stream stream) {
-  run(validate_normal(a, sa, b, sb, d), stream);
+  ArgumentKey key(GemmKind::kNormal, {&a, &sa, &b, &sb, &d});
+  if (auto plan = plan_for(key, [&] { return validate_normal(a, sa, b, sb, d); })) launch(*plan, stream);
 }
 
 void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                      const TensorView& d, const std::optional<TensorView>& c, Stream stream) {
-  run(validate_dense(a, sa, b, sb, d, c ? &*c : nullptr), stream);
+  const TensorView* pc = c ? &*c : nullptr;
+  // One view more than the bf16 call's key (C, or its absence): the two entry points never share a plan.
+  ArgumentKey key(GemmKind::kNormal, {&a, &sa, &b, &sb, &d, pc});
+  if (auto plan = plan_for(key, [&] { return validate_dense(a, sa, b, sb, d, pc); })) launch(*plan, stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
                                                const TensorView& sb, const TensorView& d,
                                                const TensorView& m_indices, Stream stream, int m_alignment) {
-  run(validate_contiguous(a, sa, b, sb, d, m_indices, m_alignment), stream);
+  ArgumentKey key(GemmKind::kGroupedContiguous, {&a, &sa, &b, &sb, &d, &m_indices});
+  key.scalars[0] = m_alignment;
+  if (auto plan = plan_for(key, [&] { return validate_contiguous(a, sa, b, sb, d, m_indices, m_alignment); }))
+    launch(*plan, stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
@@ -401,7 +426,24 @@ void k_grouped_gemm_fp8_fp8_f32_nt(const TensorView& a, const TensorView& sa, co
                                    const TensorView& sb, const TensorView& d, const std::vector<int64_t>& ks,
                                    const TensorView& ks_device, bool accumulate,
                                    const std::optional<TensorView>& workspace, Stream stream) {
-  run(validate_k_grouped(a, sa, b, sb, d, ks, ks_device, accumulate, workspace ? &*workspace : nullptr), stream);
+  // Validated at every call: the K_g are host values that may change between calls with the same tensors.
+  const TensorView* pw = workspace ? &*workspace : nullptr;
+  const GemmCall call = validate_k_grouped(a, sa, b, sb, d, ks, ks_device, accumulate, pw);
+  if (call.rows == 0 || call.num_groups == 0) return;  // nothing to compute
+  // Every expert empty: no kernel (D stays as it is, or zero).
+  std::shared_ptr<const LaunchPlan> plan;
+  if (call.k > 0) {
+    ArgumentKey key(GemmKind::kGroupedK, {&a, &sa, &b, &sb, &d, &ks_device, pw});
+    key.scalars[0] = call.k;
+    key.scalars[1] = call.expected_k;
+    plan = plan_for(key, [&] { return call; });
+  }
+  // Without accumulation the kernel adds into D (and skips empty experts), so D starts at zero.
+  if (call.zero_d)
+    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(call.d), 0,
+                                       size_t(call.a_rows) * size_t(call.n), reinterpret_cast<CUstream>(stream)),
+             "cuMemsetD32Async(D)");
+  if (plan) launch(*plan, stream);
 }
 
 int64_t k_grouped_workspace_bytes(int num_sms) {
@@ -413,7 +455,13 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const T
                                                     const TensorView& sb, const TensorView& d,
                                                     const TensorView& group_ends, int expected_m, Stream stream,
                                                     int m_alignment) {
-  run(validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m, m_alignment), stream);
+  ArgumentKey key(GemmKind::kGroupedContiguousPsum, {&a, &sa, &b, &sb, &d, &group_ends});
+  key.scalars[0] = expected_m;
+  key.scalars[1] = m_alignment;
+  const auto validate = [&] {
+    return validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m, m_alignment);
+  };
+  if (auto plan = plan_for(key, validate)) launch(*plan, stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
@@ -426,7 +474,10 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const T
 void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView& sa, const TensorView& b,
                                            const TensorView& sb, const TensorView& d, const TensorView& masked_m,
                                            int expected_m, Stream stream) {
-  run(validate_masked(a, sa, b, sb, d, masked_m, expected_m), stream);
+  ArgumentKey key(GemmKind::kGroupedMasked, {&a, &sa, &b, &sb, &d, &masked_m});
+  key.scalars[0] = expected_m;
+  if (auto plan = plan_for(key, [&] { return validate_masked(a, sa, b, sb, d, masked_m, expected_m); }))
+    launch(*plan, stream);
 }
 
 uint32_t device_error_flags() {
