@@ -68,7 +68,7 @@ struct ArgumentKey {
     std::memset(static_cast<void*>(this), 0, sizeof(*this));
     kind = int32_t(call_kind);
     for (const TensorView* v : call_views) {
-      if (v != nullptr) views[num_views] = *v;  // an absent optional view stays all zero (rank 0)
+      if (v != nullptr) views[num_views] = *v;  // an absent optional view stays all zero (no TensorView{} is)
       ++num_views;
     }
   }
@@ -391,12 +391,18 @@ std::shared_ptr<const LaunchPlan> plan_for(ArgumentKey& key, const Validate& val
   return plan_cache().add(key, call, device);
 }
 
+/// Launches the plan of the call whose arguments `key` holds (see plan_for), if there is anything to compute.
+template <typename Validate>
+void run(ArgumentKey& key, const Validate& validate, Stream stream) {
+  if (std::shared_ptr<const LaunchPlan> plan = plan_for(key, validate)) launch(*plan, stream);
+}
+
 }  // namespace
 
 void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
                           const TensorView& d, Stream stream) {
   ArgumentKey key(GemmKind::kNormal, {&a, &sa, &b, &sb, &d});
-  if (auto plan = plan_for(key, [&] { return validate_normal(a, sa, b, sb, d); })) launch(*plan, stream);
+  run(key, [&] { return validate_normal(a, sa, b, sb, d); }, stream);
 }
 
 void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView& b, const TensorView& sb,
@@ -404,7 +410,7 @@ void gemm_fp8_fp8_nt(const TensorView& a, const TensorView& sa, const TensorView
   const TensorView* pc = c ? &*c : nullptr;
   // One view more than the bf16 call's key (C, or its absence): the two entry points never share a plan.
   ArgumentKey key(GemmKind::kNormal, {&a, &sa, &b, &sb, &d, pc});
-  if (auto plan = plan_for(key, [&] { return validate_dense(a, sa, b, sb, d, pc); })) launch(*plan, stream);
+  run(key, [&] { return validate_dense(a, sa, b, sb, d, pc); }, stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
@@ -412,8 +418,7 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const Tensor
                                                const TensorView& m_indices, Stream stream, int m_alignment) {
   ArgumentKey key(GemmKind::kGroupedContiguous, {&a, &sa, &b, &sb, &d, &m_indices});
   key.scalars[0] = m_alignment;
-  if (auto plan = plan_for(key, [&] { return validate_contiguous(a, sa, b, sb, d, m_indices, m_alignment); }))
-    launch(*plan, stream);
+  run(key, [&] { return validate_contiguous(a, sa, b, sb, d, m_indices, m_alignment); }, stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(const TensorView& a, const TensorView& sa, const TensorView& b,
@@ -458,10 +463,7 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const T
   ArgumentKey key(GemmKind::kGroupedContiguousPsum, {&a, &sa, &b, &sb, &d, &group_ends});
   key.scalars[0] = expected_m;
   key.scalars[1] = m_alignment;
-  const auto validate = [&] {
-    return validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m, m_alignment);
-  };
-  if (auto plan = plan_for(key, validate)) launch(*plan, stream);
+  run(key, [&] { return validate_contiguous_psum(a, sa, b, sb, d, group_ends, expected_m, m_alignment); }, stream);
 }
 
 void m_grouped_gemm_fp8_fp8_bf16_nt_contiguous_psum(const TensorView& a, const TensorView& sa, const TensorView& b,
@@ -476,8 +478,7 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView
                                            int expected_m, Stream stream) {
   ArgumentKey key(GemmKind::kGroupedMasked, {&a, &sa, &b, &sb, &d, &masked_m});
   key.scalars[0] = expected_m;
-  if (auto plan = plan_for(key, [&] { return validate_masked(a, sa, b, sb, d, masked_m, expected_m); }))
-    launch(*plan, stream);
+  run(key, [&] { return validate_masked(a, sa, b, sb, d, masked_m, expected_m); }, stream);
 }
 
 uint32_t device_error_flags() {
