@@ -90,7 +90,8 @@ struct ArgumentKeyHash {
 
 struct LaunchPlan {
   CUfunction function = nullptr;
-  device::GemmArgs args{};
+  device::GemmArgs args{};      ///< a plain launch's
+  device::GemmArgs pdl_args{};  ///< a launch with programmatic dependent launch: args and its B prefetch
   KernelConfig config;
 };
 
@@ -327,12 +328,15 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
                  static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
                  cfg.describe().c_str());
   build_args(c, cfg, device, plan->args);
+  plan->pdl_args = plan->args;
+  plan->pdl_args.pdl_prefetch_b_blocks = uint32_t(cfg.pdl_prefetch_b_blocks);
   return plan;
 }
 
 void launch(const LaunchPlan& plan, Stream stream) {
-  void* params[] = {const_cast<device::GemmArgs*>(&plan.args)};
-  jit::launch_kernel(plan.function, launch_shape(plan.config, Context::instance().pdl()),
+  const bool pdl = Context::instance().pdl();
+  void* params[] = {const_cast<device::GemmArgs*>(pdl ? &plan.pdl_args : &plan.args)};
+  jit::launch_kernel(plan.function, launch_shape(plan.config, pdl),
                      reinterpret_cast<CUstream>(stream), params, "cuLaunchKernelEx(fp8 gemm)");
 }
 

@@ -49,6 +49,10 @@ struct KernelConfig {
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
+  /// Launched with programmatic dependent launch: K blocks of B's tiles the kernel prefetches into the L2 before it
+  /// waits for the previous kernel, and from then on the next kernel may launch (GemmArgs::pdl_prefetch_b_blocks);
+  /// 0: neither (the 128-row and smaller kernels let the next one launch after their math).
+  int pdl_prefetch_b_blocks = 0;
   /// 256x128 tiles: a last row block of at most 128 rows (a dense GEMM's; each masked or psum group's) runs as wide
   /// tiles over two n-blocks each, in a kernel of its own (device::gemm_wide_tail; score() picks it for a dense GEMM
   /// where it saves a round of tiles, for masked and psum wherever the kernel allows).

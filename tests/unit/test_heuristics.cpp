@@ -434,6 +434,37 @@ TEST(Heuristics, OutputMuchLargerThanOperandsAndL2GetsTheEvictFirstHint) {
   EXPECT_FALSE(fh::select_config(contiguous, 132).d_evict_first);
 }
 
+TEST(Heuristics, ShortKDecodeKernelsPrefetchBUnderPdl) {
+  // Dense bf16 calls of at most 128-row tiles and at most 16 K blocks per CTA: 32 KiB of B's first blocks.
+  const struct {
+    Problem p;
+    int blocks;
+  } cases[] = {
+      {dense(1, 7168, 2048), 4},    {dense(64, 7168, 2048), 4},  {dense(128, 7168, 2048), 4},
+      {dense(64, 32768, 512), 2},   {dense(128, 32768, 512), 2}, {dense(64, 24576, 1536), 2},
+      {dense(64, 2112, 7168), 0},   // 28 K blocks per CTA (split-K): the early launch made it slower
+      {dense(64, 4096, 7168), 0},   {dense(64, 7168, 16384), 0},
+      {dense(4096, 7168, 2048), 0},  // 256-row tiles: they let the next kernel launch from the start already
+      {masked(4, 64, 7168, 2048), 0},  // a grouped call's tiles need the layout, written before the wait
+  };
+  for (const auto& c : cases) {
+    const auto config = fh::select_config(c.p, 132);
+    EXPECT_EQ(config.pdl_prefetch_b_blocks, c.blocks) << c.p.m << "x" << c.p.n << "x" << c.p.k << ": "
+                                                      << config.describe();
+    EXPECT_EQ(config.describe().find("PDL:B-prefetch") != std::string::npos, c.blocks > 0) << config.describe();
+    if (c.blocks > 0) {
+      EXPECT_LE(config.block_m, 128);
+      EXPECT_EQ(c.blocks, std::max(1, 32 * 1024 / (config.block_n * 128))) << config.describe();  // whole blocks
+    }
+  }
+  // fp32 outputs (the weight gradient) do not.
+  Problem wgrad = dense(64, 4096, 512);
+  wgrad.sb_per_row = true;
+  wgrad.d_dtype = finegemm::DType::kFloat32;
+  wgrad.accumulate = true;
+  EXPECT_EQ(fh::select_config(wgrad, 132).pdl_prefetch_b_blocks, 0);
+}
+
 TEST(Heuristics, BPairsWhereTheCallStreamsB) {
   // Few row blocks and few FLOPs per byte: B's issuer fills two stages per wait, one tile per CTA or several.
   // (256x32768x512 runs one 256-row block per tile: faster than 128-row tiles with pairs.)

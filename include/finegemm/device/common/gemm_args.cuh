@@ -22,6 +22,9 @@ struct GemmArgs {
   uint32_t a_box_rows;        ///< rows of tma_a's box: BLOCK_M, or fewer when A has fewer rows
   uint32_t b_pairs;           ///< 1: B's issuer fills two stages per empty wait (kernels that allow it, see kBPairs)
   int32_t psum_alignment;     ///< psum layout: each group starts at the previous end rounded up to this (128, 64, 32)
+  /// Set in a launch with programmatic dependent launch only: K blocks of B prefetched into the L2 before the wait,
+  /// and the next kernel launched from there (0: neither). Read by B's issuer before the wait.
+  uint32_t pdl_prefetch_b_blocks;
   const float* sb;            ///< [G, NB, KB] fp32
   const int32_t* grouped_layout;  ///< m_indices (contiguous), masked_m (masked), group ends (psum) or ks (K-grouped)
   const float* sa_k_major;    ///< [rows, KB] fp32 with row stride ld_sa (K-major SA only)

@@ -189,6 +189,17 @@ FG_HOST_DEVICE constexpr bool gemm_wide_tail(GemmKind kind, uint32_t block_m, ui
          block_m == 256 && block_n == 128 && split_k == 1 && sa_mode != kSaKMajorGather;
 }
 
+/// Whether a kernel has the code that, launched with programmatic dependent launch, prefetches B's first blocks into
+/// the L2 before its wait on the previous kernel and lets the next kernel launch from there (GemmArgs::
+/// pdl_prefetch_b_blocks; the heuristic's pdl_prefetch_b_blocks_for sets it): dense bf16-output kernels of at most
+/// 128 rows with at most 16 K blocks per CTA. The others keep the code they had without it.
+inline constexpr uint32_t kPdlPrefetchMaxKBlocks = 16;
+FG_HOST_DEVICE constexpr bool gemm_may_prefetch_b_under_pdl(GemmKind kind, uint32_t block_m, uint32_t output,
+                                                             uint32_t k_blocks_per_cta) {
+  return kind == GemmKind::kNormal && block_m <= 128 && output == kOutBf16 && k_blocks_per_cta > 0 &&
+         k_blocks_per_cta <= kPdlPrefetchMaxKBlocks;
+}
+
 /// Whether `rows` (M) ends in a last row block of at most half a tile and is not that block alone: the block a wide
 /// tail runs as wide tiles.
 /// (Any signed integer type: the scheduler's walk does this in 32 bits.)

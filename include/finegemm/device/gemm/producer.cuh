@@ -187,6 +187,23 @@ FG_DEVICE void load_b_tile(const GemmArgs& args, const GemmSmem& smem, const Til
     ptx::tma_load_2d(tma_b, full, b_dst, k_idx, b_row);
 }
 
+/// Before the PDL wait (dense GEMMs: their tiles are known without reading global memory): the first `num_blocks`
+/// K blocks of B of this CTA's tiles, in the order its issuer will load them, prefetched into the L2. A prefetch reads
+/// B no earlier than the L2 holds what any kernel wrote, so it is right whatever ran before.
+template <class Cfg>
+FG_DEVICE void prefetch_b_into_l2(const GemmArgs& args, typename Cfg::Scheduler scheduler, uint32_t kb_begin,
+                                  uint32_t num_blocks) {
+  static_assert(Cfg::kGemmKind == GemmKind::kNormal, "the tiles of a dense GEMM only");
+  Tile tile;
+#pragma unroll 1
+  while (num_blocks > 0 && scheduler.next(tile)) {
+    const int32_t b_row = tile.n_block * int32_t(Cfg::BLOCK_N);
+#pragma unroll 1
+    for (uint32_t kb = kb_begin; kb < kb_begin + Cfg::kKBlocksPerCta && num_blocks > 0; ++kb, --num_blocks)
+      ptx::tma_prefetch_2d_l2(&args.tma_b, int32_t(kb * kBlockK), b_row);
+  }
+}
+
 /// B's issuer: a thread of its own, since one thread issuing A, SA and B paced the narrow small-M tiles.
 template <class Cfg>
 FG_DEVICE void load_b_stages(const GemmArgs& args, const GemmSmem& smem, typename Cfg::Scheduler& scheduler,

@@ -12,7 +12,8 @@
 // to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's
 // main loop. For small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes
 // the tile over half of K, and the second adds its fp32 partial sums into the first's through distributed shared
-// memory.
+// memory. Launched with programmatic dependent launch, the short-K dense kernels prefetch their first blocks of B into
+// the L2 while the kernel before them finishes (gemm_may_prefetch_b_under_pdl).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -148,8 +149,20 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
   // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
   // scheduler's m_indices / masked_m / group-end reads, TMA loads and stores, SA gathers). The 256-row kernels let the
-  // next kernel launch from here on (the others after their math, below).
+  // next kernel launch from here on (the others after their math, below). In the kernels that may prefetch B
+  // (gemm_may_prefetch_b_under_pdl), launched with PDL, B's issuer (producer warp 2) first lets the next kernel launch
+  // and prefetches its first blocks of B into the L2, whose lines no kernel's writes can leave stale (a dense GEMM's
+  // tiles are known without reading global memory). Only that thread reads the flag before the wait.
   if constexpr (BLOCK_M == 256) ptx::launch_dependents();
+  if constexpr (gemm_may_prefetch_b_under_pdl(GemmKind(kKind), BLOCK_M, kOutput, Cfg::kKBlocksPerCta)) {
+    if (threadIdx.x == kNumMathThreads + 64 && args.pdl_prefetch_b_blocks > 0) {
+      ptx::launch_dependents();
+      prefetch_b_into_l2<Cfg>(args,
+                              typename Cfg::Scheduler(args.num_rows, args.num_groups, args.grouped_layout,
+                                                      blockIdx.x / kSplitK, gridDim.x / kSplitK),
+                              kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0, args.pdl_prefetch_b_blocks);
+    }
+  }
   ptx::grid_dependency_wait();
 
   // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
@@ -229,7 +242,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     // small ones fit beside this kernel's) then overlap only the last stores. Launched from the start, they made
     // chains of long-K decode GEMMs slower than plain launches (H200, a quantizer and a 64x4096x7168 GEMM per layer:
     // 14.93 us against 13.38; from here, 12.64). The 256-row kernels keep the early trigger: with the late one, plain
-    // launches of 4096x7168x16384 and contiguous 4x8192x4096x7168 measured 1.4% and 2.3% slower.
+    // launches of 4096x7168x16384 and contiguous 4x8192x4096x7168 measured 1.4% and 2.3% slower. Kernels that
+    // prefetched B let the next kernel launch before their wait already (from B's issuer; the chains gained as with
+    // every thread's trigger there).
     if constexpr (BLOCK_M <= 128) ptx::launch_dependents();
     if (wg_thread == 0) ptx::tma_store_wait<0>();
     if (!kTileRing && threadIdx.x == 0 && scheduler.error_bits != 0)

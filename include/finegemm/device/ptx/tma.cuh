@@ -10,6 +10,14 @@ FG_DEVICE void tma_prefetch_descriptor(const TmaDescriptor* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
 }
 
+/// 2D tile prefetched into the L2 (no shared memory, no barrier: a hint the memory system may drop).
+FG_DEVICE void tma_prefetch_2d_l2(const TmaDescriptor* desc, int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<uint64_t>(desc)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+
 /// 2D tile load into this CTA's shared memory, completing `bytes` on `bar`.
 FG_DEVICE void tma_load_2d(const TmaDescriptor* desc, uint64_t* bar, void* smem_dst, int32_t c0, int32_t c1) {
   asm volatile(
