@@ -146,6 +146,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   } else {
     __syncthreads();
   }
+  // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
+  const uint32_t kb_begin = kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0;
   // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
   // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
   // scheduler's m_indices / masked_m / group-end reads, TMA loads and stores, SA gathers). The 256-row kernels let the
@@ -160,15 +162,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       prefetch_b_into_l2<Cfg>(args,
                               typename Cfg::Scheduler(args.num_rows, args.num_groups, args.grouped_layout,
                                                       blockIdx.x / kSplitK, gridDim.x / kSplitK),
-                              kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0, args.pdl_prefetch_b_blocks);
+                              kb_begin, args.pdl_prefetch_b_blocks);
     }
   }
   ptx::grid_dependency_wait();
 
-  // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
+  // The tile walk (the grouped kinds read their layout from its start, so after the wait).
   typename Cfg::Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK,
                                     gridDim.x / kSplitK, args.total_k, args.psum_alignment);
-  const uint32_t kb_begin = kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0;
 
   // ---- Register reconfiguration, then producer / math --------------------------------------------------
   if (threadIdx.x >= kNumMathThreads) {
