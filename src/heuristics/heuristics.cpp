@@ -544,10 +544,14 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
 /// CTA's B (up to 224 KiB) made the layers slower than 32 KiB (1x32768x512 8.77, 64x7168x2048 8.31).
 constexpr int64_t kPdlPrefetchBytes = 32 * 1024;
 
+/// Decode calls only: measured where the tiles take one or two waves (larger M untried).
+constexpr int64_t kPdlPrefetchMaxWaves = 2;
+
 int pdl_prefetch_b_blocks_for(const Problem& p, const KernelConfig& c) {
   const auto k_blocks_per_cta = uint32_t(ceil_div(p.k, device::kBlockK) / c.split_k);
   if (!device::gemm_may_prefetch_b_under_pdl(static_cast<device::GemmKind>(p.kind), uint32_t(c.block_m), c.output,
-                                              k_blocks_per_cta))
+                                              k_blocks_per_cta) ||
+      c.num_waves > kPdlPrefetchMaxWaves)
     return 0;
   return int(std::max<int64_t>(1, kPdlPrefetchBytes / (int64_t(c.block_n) * device::kBlockK)));
 }

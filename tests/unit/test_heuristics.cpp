@@ -445,6 +445,7 @@ TEST(Heuristics, ShortKDecodeKernelsPrefetchBUnderPdl) {
       {dense(64, 2112, 7168), 0},   // 28 K blocks per CTA (split-K): the early launch made it slower
       {dense(64, 4096, 7168), 0},   {dense(64, 7168, 16384), 0},
       {dense(4096, 7168, 2048), 0},  // 256-row tiles: they let the next kernel launch from the start already
+      {dense(4096, 32768, 512), 0},  // 128-row tiles in 42 waves: not a decode call (measured on those only)
       {masked(4, 64, 7168, 2048), 0},  // a grouped call's tiles need the layout, written before the wait
   };
   for (const auto& c : cases) {

@@ -158,13 +158,6 @@ void expect_clean_grouped_sass(const std::string& name, const std::string& sass)
     EXPECT_LT(wait, sass.find(access)) << name << ": " << access << " before griddepcontrol.wait";
 }
 
-/// The i-th template argument (from 0) of a kernel instantiation's name, e.g. "64u" for BLOCK_M at 3.
-std::string template_argument(const std::string& name, int i) {
-  size_t begin = name.find('<') + 1;
-  for (; i > 0; --i) begin = name.find(", ", begin) + 2;
-  return name.substr(begin, name.find_first_of(",>", begin) - begin);
-}
-
 }  // namespace
 
 TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
@@ -182,13 +175,22 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     with_split_k.push_back(q);
   }
   size_t split_k_kernels = 0;
+  std::set<std::string> prefetching;  // the kernels with the B prefetch under PDL (gemm_may_prefetch_b_under_pdl)
   for (const auto& p : with_split_k) {
     for (bool k_major : {false, true}) {
       Problem q = p;
       q.sa_k_major = k_major;
-      functions.insert(finegemm::heuristics::select_config(q, 132).kernel_function());
+      const auto config = finegemm::heuristics::select_config(q, 132);
+      functions.insert(config.kernel_function());
+      const auto k_blocks_per_cta = uint32_t((q.k + 127) / 128 / config.split_k);
+      if (finegemm::device::gemm_may_prefetch_b_under_pdl(static_cast<finegemm::device::GemmKind>(q.kind),
+                                                          uint32_t(config.block_m), config.output, k_blocks_per_cta))
+        prefetching.insert(config.kernel_function());
     }
   }
+  // N x K = 24576x1536, 32768x512 and 7168x2048 at M = 64 and 128, and 4096x32768x512 (128-row tiles), both SA
+  // layouts.
+  EXPECT_EQ(prefetching.size(), 14u);
   std::vector<std::string> names(functions.begin(), functions.end());
   const auto binaries = compile_all(names);
   ASSERT_FALSE(HasFailure());
@@ -224,10 +226,9 @@ TEST(KernelsCompile, SeedShapesCompileWithoutSpillsAndUseHopperInstructions) {
     EXPECT_NE(sass.find("PREEXIT"), std::string::npos) << names[i] << ": no griddepcontrol.launch_dependents";
     for (const char* access : {"UTMALDG", "UTMASTG", " LDG", " STG", " ATOMG", " RED", " STAS"})
       EXPECT_LT(wait, sass.find(access)) << names[i] << ": " << access << " before griddepcontrol.wait";
-    // Launched with PDL, dense kernels of at most 128 rows may prefetch B into the L2 before the wait (UTMAPF: a
-    // hint, nothing read into the SM); the 256-row and the grouped kernels never do.
-    const bool may_prefetch = template_argument(names[i], 0) == "0" && template_argument(names[i], 3) != "256u";
-    if (may_prefetch) {
+    // Launched with PDL, the short-K dense kernels of at most 128 rows prefetch B into the L2 before the wait
+    // (UTMAPF: a hint, nothing read into the SM); no other kernel has the instruction.
+    if (prefetching.count(names[i]) != 0) {
       EXPECT_LT(sass.find("UTMAPF.L2.2D"), wait) << names[i] << ": no B prefetch before griddepcontrol.wait";
     } else {
       EXPECT_EQ(sass.find("UTMAPF"), std::string::npos) << names[i];
