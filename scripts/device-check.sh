@@ -41,7 +41,7 @@ run_step() {  # name, timeout seconds, command...
 }
 
 if [ "${FINEGEMM_SKIP_GPU_TESTS:-0}" != 1 ]; then
-run_step gpu-tests 300 "$BUILD/tests/finegemm_gpu_tests" --gtest_color=no
+run_step gpu-tests 480 "$BUILD/tests/finegemm_gpu_tests" --gtest_color=no
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[jit\]|^\[overhead\]|^\[padding\]|^\[flush\]|^\[dense-awkward\]|FAILED|tests ran" "$OUT_DIR/gpu-tests.log" | tee -a "$OUT_DIR/summary.txt"
 fi
 

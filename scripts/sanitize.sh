@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, the dense
 # wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row contiguous tiles, on 128x192 tiles with
-# half batches and on the weight gradients' 128x160 tiles, dense and K-grouped (memcheck, racecheck, synccheck); fails
-# on any report. From the repository root:
+# half batches, on the weight gradients' 128x160 tiles, dense and K-grouped, and on the dense one's C loaded a tile
+# ahead (memcheck, racecheck, synccheck); fails on any report. From the repository root:
 #   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
 set -uo pipefail
 BUILD=${1:-build-device}
@@ -56,6 +56,9 @@ if [ -x "$BUILD/finegemm" ]; then
   # The weight-gradient kernel's widest tile (1x128 SB; bench passes C as D, so the epilogue reduces into D by TMA),
   # which the suite's small wgrad cases never pick; M not a multiple of 4, so that cuBLASLt does not run.
   cli_cases wgrad "wgrad 128x160 tiles" bm=128,bn=160 tests/sanitizer/wgrad.csv
+  # The same shapes with C's tiles loaded a tile ahead into two shared tiles (C = D; M=301 moves its last row block
+  # up, which then reads rows of C that another tile writes, and stores only its own).
+  cli_cases wgrad-ahead "wgrad C loaded ahead, 128x96 tiles" cahead=1,bm=128,bn=96 tests/sanitizer/wgrad.csv
   # The K-grouped kernel's widest tile over experts of drawn sizes (some without tokens), D reduced into by TMA.
   cli_cases kgrouped "kgrouped 128x160 tiles" bm=128,bn=160 tests/sanitizer/kgrouped.csv
 fi

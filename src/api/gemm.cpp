@@ -251,7 +251,7 @@ void encode_outputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs
               device::kWarpgroupRows, out_swizzle, what);
   };
   encode(args.tma_d, c.d, c.ld_d, "cuTensorMapEncodeTiled(D)");
-  if (c.c != nullptr && c.c != c.d) encode(args.tma_c, c.c, c.ld_c, "cuTensorMapEncodeTiled(C)");
+  if (device::gemm_loads_c(cfg.output)) encode(args.tma_c, c.c, c.ld_c, "cuTensorMapEncodeTiled(C)");
 }
 
 /// K-grouped: the workspace of the CTAs' descriptors (the caller's, or the device's kept by the context) and the

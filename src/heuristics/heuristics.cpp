@@ -14,6 +14,21 @@ namespace {
 
 constexpr int kMaxStages = 32;
 constexpr int kMinStages = 3;
+// Kernels that load C a tile ahead (kOutF32AddCAhead) keep two fp32 tiles in shared memory, which leaves room for
+// fewer stages; they need four. Measured on an H200 at 32768x4096x512 (C = D, D's stores evict-first, us, two
+// rounds): 128x96 with 4 stages 316.8, 317.8; with 3 stages 353.8, 353.3; 128x80 (5 stages) 338.7, 338.8; 128x112 (3)
+// 346.0, 346.3; 128x64 (6) 344.0; 128x128 (2) 353.5, 355.1; 128x144 (2) 355.9.
+constexpr int kMinStagesCAhead = 4;
+// C loaded a tile ahead pays only where C's and D's bytes at the copy bandwidth outweigh the tensor work at its peak
+// this many times: there C's reads and D's writes, which the other outputs wait for at each tile's end, run under
+// the K loops instead. Where the math weighs more, the narrower tiles that leave room for two fp32 tiles cost more
+// than that saves. Measured on an H200, C = D, against D reduced into by TMA (us, same run): 32768x4096x512 (ratio
+// 5.2) 311.7, 312.4 against 446.7, 447.2; 16384x7168x256 (10.3) 271.3 against 453.7; 32768x2048x512 162.4 against
+// 215.3; 4096x4096x512 (128x64 tiles) 48.1 against 58.6; 8192x4096x768 (3.4) 104.9 against 116.7; 8192x4096x1024
+// (2.6, not taken) 121.4 (128x96) against 122.7; 24576x4096x1536 (1.7) 445.3 against 369.4; 7168x4096x2048 (1.3)
+// 170.4 against 148.7; 4096x4096x7168 276.7 against 249.2; 7168x4096x16384 1035.1 against 944.2. Where C and D fit
+// the L2 it gains nothing: 576x4096x512 11.50 against 11.49, 129x320x576 3.17 against 3.09.
+constexpr double kCAheadMinBytesOverMath = 3.0;
 constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile reads all of A for 8 columns
 // BLOCK_N steps by 16: the epilogue's stmatrix x4 covers 16 columns. (Odd multiples of 8, which fill more SMs on some
 // shapes, measured slower than the multiples of 16 on an H100, even where they filled more SMs.)
@@ -136,8 +151,7 @@ uint32_t output_of(const Problem& p) {
 /// Bytes of D each output element costs: written once, and with accumulation C read once too.
 double output_bytes_per_element(const Problem& p) {
   const uint32_t output = output_of(p);
-  const bool reads_c = output == device::kOutF32AddC || output == device::kOutF32AddToD;
-  return double(device::gemm_out_bytes(output)) * (reads_c ? 2.0 : 1.0);
+  return double(device::gemm_out_bytes(output)) * (p.accumulate ? 2.0 : 1.0);
 }
 
 /// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once
@@ -203,8 +217,11 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
           : 1.0;
   const double tile_store_s =
       slab_factor * output_bytes_per_element(p) * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
-  const double tile_s =
-      tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s + tile_store_s;
+  // Loaded a tile ahead, C's reads and D's writes run under the K loops; otherwise each tile's stores (or reductions
+  // into D, whose reads the L2 makes as it adds) follow its K loop.
+  const double tile_math_s = tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s;
+  const double tile_s = c.output == device::kOutF32AddCAhead ? std::max(tile_math_s, tile_store_s)
+                                                              : tile_math_s + tile_store_s;
   c.tile_us = 1e6 * tile_s;
   // The M-grouped kernels read B as one [G * N, K] tensor: an n-block that runs past N reads the next group's first
   // rows too (TMA clips only at the tensor's end). Where the call is B's stream, that decides between tiles the model
@@ -232,6 +249,7 @@ std::string KernelConfig::describe() const {
      << (output == device::kOutF32       ? " out=fp32"
          : output == device::kOutF32AddC   ? " out=fp32,C"
          : output == device::kOutF32AddToD ? " out=fp32,+=D"
+         : output == device::kOutF32AddCAhead ? " out=fp32,C-ahead"
                                            : "")
      << " grid=" << grid
      << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
@@ -254,7 +272,7 @@ ConfigConstraints parse_constraints(const std::string& text) {
   ConfigConstraints c;
   c.text = text;
   constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead";
   std::istringstream fields(text);
   for (std::string field; std::getline(fields, field, ',');) {
     const size_t eq = field.find('=');
@@ -266,9 +284,9 @@ ConfigConstraints parse_constraints(const std::string& text) {
       (name == "l2b" ? c.b_evict_first : c.d_evict_first) = value == "first" ? 1 : 0;
       continue;
     }
-    if (name == "bpairs") {
-      check_arg(value == "0" || value == "1", kWhere, "bpairs is 0 or 1, got '", value, "'");
-      c.b_pairs = value == "1" ? 1 : 0;
+    if (name == "bpairs" || name == "cahead") {
+      check_arg(value == "0" || value == "1", kWhere, name, " is 0 or 1, got '", value, "'");
+      (name == "bpairs" ? c.b_pairs : c.c_ahead) = value == "1" ? 1 : 0;
       continue;
     }
     int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages
@@ -299,114 +317,135 @@ uint32_t sa_mode_for(const Problem& p) {
                                                                        : device::kSaKMajorGather;
 }
 
+/// Whether C and D outgrow the L2 and their bytes at the copy bandwidth outweigh the call's tensor work at its peak
+/// kCAheadMinBytesOverMath times (where C loaded a tile ahead pays).
+bool c_and_d_outweigh_math(const Problem& p, const HardwareModel& hw, int num_sms) {
+  if (call_bytes(p).d <= hw.l2_bytes) return false;
+  const double c_and_d_s = call_bytes(p).d / hw.dram_bytes_per_s;
+  const double flops = 2.0 * double(tiled_groups(p)) * double(rows_for_tiles(p)) * double(p.n) * double(p.k);
+  const double math_s = flops / (hw.sm_fp8_flops_per_s * double(num_sms));
+  return c_and_d_s >= kCAheadMinBytesOverMath * math_s;
+}
+
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const ConfigConstraints& constraints,
                                             const HardwareModel& hw) {
   std::vector<Candidate> out;
   const uint32_t sa_mode = sa_mode_for(p);
   const uint32_t sb_mode = p.sb_per_row ? device::kSbRowMnMajor : device::kSbBlock;
-  const uint32_t output = output_of(p);
+  // The problem's output and, for a dense GEMM with C (D itself or another tensor), C's tiles loaded a tile ahead
+  // into two shared tiles: where C and D outweigh the math, their reads and writes then stream under the K loops.
+  std::vector<uint32_t> outputs = {output_of(p)};
+  if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
   const bool forced_256 = constraints.block_m == 256;
-  for (int block_m : {64, 128, 256}) {
-    for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
-      for (int split : {1, 2}) {
-        Candidate cand;
-        KernelConfig& c = cand.config;
-        c.kind = p.kind;
-        c.n = p.n;
-        // K-grouped kernels take K at run time (template K = 0); p.k is the expected K per group for the model.
-        c.k = p.kind == GemmKind::kGroupedK ? 0 : p.k;
-        c.block_m = block_m;
-        c.block_n = block_n;
-        c.split_k = split;
-        c.sa_mode = sa_mode;
-        c.sb_mode = sb_mode;
-        c.output = output;
-        c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
-        c.grid = std::max(1, num_sms - num_sms % split);
-        const int64_t m_blocks = ceil_div(rows, block_m);
-        const int64_t n_blocks = ceil_div(p.n, block_n);
-        // Filters, each with its reason.
-        if (p.kind == GemmKind::kGroupedContiguous && p.m_alignment < 128 && block_m != 64) {
-          cand.rejected = "experts aligned to 64 rows may start in any 64-row block: only 64-row tiles hold one expert "
-                          "from their first row on";
-        } else if (block_n > max_block_n(block_m)) {
-          cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
-        } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
-          cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";
-        } else if (output == device::kOutF32AddC && split > 1) {
-          cand.rejected = "C's tile is loaded for the CTA that stores the tile only: no split-K with a C other "
-                          "than D";
-        } else if (block_n > ceil_div(p.n, int64_t(kBlockNStep)) * kBlockNStep) {
-          cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
-        } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
-          cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
-        } else if (block_m == 128 && rows <= 64 && p.kind != GemmKind::kGroupedK) {
-          // (The K-grouped kernel runs 128-row tiles only; with M <= 64 its second warpgroup's rows are not stored.)
-          cand.rejected = "M fits one 64-row warpgroup";
-        } else if (block_m == 256 && rows <= 128 && !forced_256) {
-          cand.rejected = "M fits 128 rows";
-        } else if (block_m == 256 && block_n != 128) {
-          cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
-        } else if (block_m == 256 && p.k < kBlockM256MinK && !(one_256_row_block && p.k <= kBlockM256OneBlockMaxK) &&
-                   !forced_256) {
-          cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
-                          "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
-                          "saves";
-        } else if (block_m == 256 && p.k < kBlockM256MinKMaskedPsum && !forced_256 &&
-                   (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) &&
-                   p.m > kBlockM256MaxGroupRowsAnyK && p.m <= kBlockM256ShortKMaxGroupRows) {
-          cand.rejected = "BLOCK_M=256 over masked or psum groups of 257-2048 rows needs K >= 4096 (128x192 tiles "
-                          "measured faster)";
-        } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
-                   !forced_256) {
-          cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 3072: at K=2048 it measured no faster "
-                          "than 128-row tiles (H200), ~2% slower on an H100";
-        } else if (p.kind == GemmKind::kGroupedK &&
-                   (block_m != 128 || device::gemm_k_depth(uint32_t(block_m), uint32_t(block_n)) != 1)) {
-          cand.rejected = "K-grouped kernels run 128-row tiles with two math warpgroups taking turns (K depth 1: "
-                          "BLOCK_N 16-32 or 72-160)";
-        } else if (split > 1 && p.kind != GemmKind::kNormal) {
-          cand.rejected = "split-K is for dense GEMMs";
-        } else if (split > 1 && ceil_div(p.k, 128) % split != 0) {
-          cand.rejected = "split-K gives each CTA of the cluster an equal share of the K blocks";
-        } else if (split == 2 && !((block_m == 64 && block_n <= 32) || (block_m == 128 && block_n == 32)) &&
-                   constraints.split_k != 2) {
-          cand.rejected = "split-K measured faster only with 64x16, 64x32 and 128x32 tiles";
-        } else if (split == 2 && p.k < kSplitKMinK && constraints.split_k != 2) {
-          cand.rejected = "split-K measured faster only at K >= 7168";
-        } else if (split > 1 && m_blocks * n_blocks > int64_t(c.grid / split)) {
-          cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per cluster)";
-        } else if (split > 1 && num_sms < split) {
-          cand.rejected = "a cluster needs as many SMs as it has CTAs";
-        } else if ((constraints.block_m != 0 && constraints.block_m != block_m) ||
-                   (constraints.block_n != 0 && constraints.block_n != block_n) ||
-                   (constraints.split_k != 0 && constraints.split_k != split)) {
-          cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
-        }
-        if (cand.rejected.empty()) {
-          int stages = kMaxStages;
-          while (stages >= kMinStages &&
-                 int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                    uint32_t(p.k), uint32_t(split), sa_mode, sb_mode, output)) >
-                     hw.smem_per_block)
-            --stages;
-          const int64_t k_blocks = ceil_div(p.k, 128);
-          // More stages than K blocks of two tiles buy nothing.
-          stages = int(std::min<int64_t>(stages, std::max<int64_t>(kMinStages, 2 * k_blocks / split)));
-          if (constraints.stages >= kMinStages) stages = std::min(stages, constraints.stages);
-          if (stages < kMinStages) {
-            cand.rejected = "fewer than 3 pipeline stages fit in shared memory";
-          } else {
-            c.num_stages = stages;
-            c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
-                                                              uint32_t(p.k), uint32_t(split), sa_mode, sb_mode,
-                                                              output));
-            score(c, p, hw);
+  for (uint32_t output : outputs) {
+    for (int block_m : {64, 128, 256}) {
+      for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
+        for (int split : {1, 2}) {
+          Candidate cand;
+          KernelConfig& c = cand.config;
+          c.kind = p.kind;
+          c.n = p.n;
+          // K-grouped kernels take K at run time (template K = 0); p.k is the expected K per group for the model.
+          c.k = p.kind == GemmKind::kGroupedK ? 0 : p.k;
+          c.block_m = block_m;
+          c.block_n = block_n;
+          c.split_k = split;
+          c.sa_mode = sa_mode;
+          c.sb_mode = sb_mode;
+          c.output = output;
+          c.num_threads = int(device::gemm_num_threads(uint32_t(block_m)));
+          c.grid = std::max(1, num_sms - num_sms % split);
+          const int64_t m_blocks = ceil_div(rows, block_m);
+          const int64_t n_blocks = ceil_div(p.n, block_n);
+          // Filters, each with its reason.
+          if (p.kind == GemmKind::kGroupedContiguous && p.m_alignment < 128 && block_m != 64) {
+            cand.rejected = "experts aligned to 64 rows may start in any 64-row block: only 64-row tiles hold one "
+                            "expert from their first row on";
+          } else if (block_n > max_block_n(block_m)) {
+            cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
+          } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
+            cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";
+          } else if (output == device::kOutF32AddCAhead && constraints.c_ahead != 1 &&
+                     !c_and_d_outweigh_math(p, hw, num_sms)) {
+            cand.rejected = "C loaded a tile ahead pays only where C and D outgrow the L2 and their bytes outweigh the "
+                            "tensor work 3 times";
+          } else if (device::gemm_loads_c(output) && split > 1) {
+            cand.rejected = "C's tile is loaded for the CTA that stores the tile only: no split-K where C is loaded";
+          } else if (block_n > ceil_div(p.n, int64_t(kBlockNStep)) * kBlockNStep) {
+            cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
+          } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
+            cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
+          } else if (block_m == 128 && rows <= 64 && p.kind != GemmKind::kGroupedK) {
+            // (The K-grouped kernel runs 128-row tiles only; with M <= 64 its second warpgroup's rows are not stored.)
+            cand.rejected = "M fits one 64-row warpgroup";
+          } else if (block_m == 256 && rows <= 128 && !forced_256) {
+            cand.rejected = "M fits 128 rows";
+          } else if (block_m == 256 && block_n != 128) {
+            cand.rejected = "BLOCK_M=256 measured faster than BLOCK_M=128 only with BLOCK_N=128 (BN=96, 112: slower)";
+          } else if (block_m == 256 && p.k < kBlockM256MinK && !(one_256_row_block && p.k <= kBlockM256OneBlockMaxK) &&
+                     !forced_256) {
+            cand.rejected = "BLOCK_M=256 needs K >= 1536 (or a dense GEMM's rows in one 256-row block and K <= 512): "
+                            "with fewer K blocks per tile its 3-stage refill and 256-row epilogue cost more than it "
+                            "saves";
+          } else if (block_m == 256 && p.k < kBlockM256MinKMaskedPsum && !forced_256 &&
+                     (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) &&
+                     p.m > kBlockM256MaxGroupRowsAnyK && p.m <= kBlockM256ShortKMaxGroupRows) {
+            cand.rejected = "BLOCK_M=256 over masked or psum groups of 257-2048 rows needs K >= 4096 (128x192 tiles "
+                            "measured faster)";
+          } else if (block_m == 256 && p.kind == GemmKind::kGroupedContiguous && p.k < kBlockM256MinKContiguous &&
+                     !forced_256) {
+            cand.rejected = "BLOCK_M=256 with the contiguous layout needs K >= 3072: at K=2048 it measured no faster "
+                            "than 128-row tiles (H200), ~2% slower on an H100";
+          } else if (p.kind == GemmKind::kGroupedK &&
+                     (block_m != 128 || device::gemm_k_depth(uint32_t(block_m), uint32_t(block_n)) != 1)) {
+            cand.rejected = "K-grouped kernels run 128-row tiles with two math warpgroups taking turns (K depth 1: "
+                            "BLOCK_N 16-32 or 72-160)";
+          } else if (split > 1 && p.kind != GemmKind::kNormal) {
+            cand.rejected = "split-K is for dense GEMMs";
+          } else if (split > 1 && ceil_div(p.k, 128) % split != 0) {
+            cand.rejected = "split-K gives each CTA of the cluster an equal share of the K blocks";
+          } else if (split == 2 && !((block_m == 64 && block_n <= 32) || (block_m == 128 && block_n == 32)) &&
+                     constraints.split_k != 2) {
+            cand.rejected = "split-K measured faster only with 64x16, 64x32 and 128x32 tiles";
+          } else if (split == 2 && p.k < kSplitKMinK && constraints.split_k != 2) {
+            cand.rejected = "split-K measured faster only at K >= 7168";
+          } else if (split > 1 && m_blocks * n_blocks > int64_t(c.grid / split)) {
+            cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per cluster)";
+          } else if (split > 1 && num_sms < split) {
+            cand.rejected = "a cluster needs as many SMs as it has CTAs";
+          } else if ((constraints.block_m != 0 && constraints.block_m != block_m) ||
+                     (constraints.block_n != 0 && constraints.block_n != block_n) ||
+                     (constraints.split_k != 0 && constraints.split_k != split) ||
+                     (constraints.c_ahead >= 0 && (output == device::kOutF32AddCAhead) != (constraints.c_ahead == 1))) {
+            cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
           }
+          if (cand.rejected.empty()) {
+            const int min_stages = output == device::kOutF32AddCAhead ? kMinStagesCAhead : kMinStages;
+            int stages = kMaxStages;
+            while (stages >= min_stages &&
+                   int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
+                                                      uint32_t(p.k), uint32_t(split), sa_mode, sb_mode, output)) >
+                       hw.smem_per_block)
+              --stages;
+            const int64_t k_blocks = ceil_div(p.k, 128);
+            // More stages than K blocks of two tiles buy nothing.
+            stages = int(std::min<int64_t>(stages, std::max<int64_t>(min_stages, 2 * k_blocks / split)));
+            if (constraints.stages >= min_stages) stages = std::min(stages, constraints.stages);
+            if (stages < min_stages) {
+              cand.rejected = min_stages == kMinStages ? "fewer than 3 pipeline stages fit in shared memory"
+                                                       : "fewer than 4 pipeline stages fit beside two fp32 tiles";
+            } else {
+              c.num_stages = stages;
+              c.smem_bytes = int(device::gemm_smem_launch_bytes(uint32_t(block_m), uint32_t(block_n), uint32_t(stages),
+                                                                uint32_t(p.k), uint32_t(split), sa_mode, sb_mode,
+                                                                output));
+              score(c, p, hw);
+            }
+          }
+          out.push_back(std::move(cand));
         }
-        out.push_back(std::move(cand));
       }
     }
   }
@@ -524,7 +563,9 @@ bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
 /// 4096x32768x512 (D 14x A+B) 129.1, 128.8 / 126.7, 126.7; no change at 7.5x and below (2048x32768x512 67.5, 67.6 /
 /// 67.7, 67.7; 4096x24576x1536 236.4, 235.7 / 235.3, 235.7; contiguous 4x8192x7168x2048 829.9, 832.7 / 829.9,
 /// 830.2; 1024x24576x1536 61.5, 61.6 / 61.9, 61.7). Where D fits the L2 the hint would write it back during the call
-/// instead of after it (64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us).
+/// instead of after it (64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us). Not with C loaded a tile ahead, whose D tiles overwrite
+/// lines of C the L2 just read (C = D): on an H200, 32768x4096x512 ran 311.7, 312.4 us plain against 316.8, 317.8
+/// hinted (C's loads hinted too: 342.6, 344.1).
 constexpr double kDEvictFirstMinWriteRatio = 10.0;
 
 bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
@@ -590,7 +631,9 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
   chosen.b_evict_first =
       constraints.b_evict_first >= 0 ? constraints.b_evict_first == 1 : b_evict_first_pays(p, chosen);
   chosen.grid = fewest_ctas_for_the_waves(p, chosen);
-  chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1 : d_evict_first_pays(p, hw);
+  chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1
+                                                        : chosen.output != device::kOutF32AddCAhead &&
+                                                              d_evict_first_pays(p, hw);
   chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(p, chosen)
                                             : b_pairs_pay(p, chosen);
   chosen.pdl_prefetch_b_blocks = pdl_prefetch_b_blocks_for(p, chosen);

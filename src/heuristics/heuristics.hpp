@@ -29,12 +29,14 @@ struct ConfigConstraints {
   int b_evict_first = -1;  ///< B's L2 hint on its TMA loads: 1 evict-first, 0 normal, -1 the heuristic's
   int d_evict_first = -1;  ///< D's L2 hint on its TMA stores, as b_evict_first
   int b_pairs = -1;        ///< B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
+  int c_ahead = -1;        ///< dense GEMMs with C: 1 C's tiles loaded a tile ahead (kOutF32AddCAhead), 0 not, -1 either
   std::string text;        ///< as given, for messages ("" when nothing is constrained)
 
   bool empty() const { return text.empty(); }
 };
 
-/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0" (any subset; "" constrains nothing).
+/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0,cahead=1" (any subset; "" constrains
+/// nothing).
 /// Throws Error(kInvalidArgument) naming the field and what it accepts.
 ConfigConstraints parse_constraints(const std::string& text);
 
@@ -58,7 +60,7 @@ struct KernelConfig {
   /// where it saves a round of tiles, for masked and psum wherever the kernel allows).
   bool wide_tail = false;
   uint32_t sb_mode = 0;        ///< B's scales (device::GemmSbMode): per 128x128 block, or per 1x128 row block
-  uint32_t output = 0;         ///< what the kernel writes (device::GemmOutput): bf16, fp32, fp32 plus C
+  uint32_t output = 0;         ///< what the kernel writes (device::GemmOutput): bf16, fp32, fp32 plus C (three ways)
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
   int smem_bytes = 0;

@@ -587,13 +587,15 @@ TEST(Heuristics, DenseWideTailWhereItSavesARound) {
 TEST(Heuristics, ConstraintsParseStrictlyAndRestrictThePick) {
   const fh::ConfigConstraints none = fh::parse_constraints("");
   EXPECT_TRUE(none.empty());
-  const fh::ConfigConstraints c = fh::parse_constraints("bm=128,bn=192,stages=4,l2b=first,l2d=normal,bpairs=0");
+  const fh::ConfigConstraints c =
+      fh::parse_constraints("bm=128,bn=192,stages=4,l2b=first,l2d=normal,bpairs=0,cahead=0");
   EXPECT_EQ(c.block_m, 128);
   EXPECT_EQ(c.block_n, 192);
   EXPECT_EQ(c.stages, 4);
   EXPECT_EQ(c.b_evict_first, 1);
   EXPECT_EQ(c.d_evict_first, 0);
   EXPECT_EQ(c.b_pairs, 0);
+  EXPECT_EQ(c.c_ahead, 0);
   const auto pick = fh::select_config(dense(4096, 7168, 7168), 132, c);
   EXPECT_EQ(pick.block_m, 128);
   EXPECT_EQ(pick.block_n, 192);
@@ -605,7 +607,7 @@ TEST(Heuristics, ConstraintsParseStrictlyAndRestrictThePick) {
   // The same problem without constraints is unaffected: the heuristic reads nothing but its arguments.
   EXPECT_EQ(fh::select_config(dense(4096, 7168, 7168), 132).block_m, 256);
   for (const char* bad : {"bm", "bm=", "bm=abc", "bm=-1", "bm=12x", "tile=3", "mc=a", "cluster=2", "l2b=last",
-                          "bpairs=2", "bn=128,,"}) {
+                          "bpairs=2", "cahead=2", "cahead=", "bn=128,,"}) {
     try {
       fh::parse_constraints(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -644,7 +646,15 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
             EXPECT_NE(c.block_m, 256) << "no 256-row tiles with 1x128 scales of B";
             EXPECT_LE(c.block_n, c.block_m == 64 ? 128 : 160) << "the columns' scales take registers";
             EXPECT_EQ(c.sb_mode, fd::kSbRowMnMajor);
-            EXPECT_EQ(c.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC);
+            // C loaded a tile ahead only at short K, where C's and D's bytes outweigh the math (N x 8 bytes a row
+            // against 2 N K FLOPs: K <= 512 or so on 132 SMs).
+            if (c.output == fd::kOutF32AddCAhead) {
+              EXPECT_LE(k, 640);
+              EXPECT_GE(c.num_stages, 4) << "two fp32 tiles leave room for fewer stages; at least 4";
+              EXPECT_FALSE(c.d_evict_first) << "D's lines overwrite C's, read just before";
+            } else {
+              EXPECT_EQ(c.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC);
+            }
             EXPECT_FALSE(c.wide_tail);
             EXPECT_LE(c.smem_bytes, 232448);
             EXPECT_EQ(uint32_t(c.smem_bytes),
@@ -652,7 +662,9 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
                                                  uint32_t(k), uint32_t(c.split_k), c.sa_mode, c.sb_mode, c.output));
             EXPECT_GE(c.num_stages, 3);
             EXPECT_LE(c.grid, 132);
-            EXPECT_NE(c.describe().find(c_is_d ? " sb=1x128 out=fp32,+=D" : " sb=1x128 out=fp32,C"),
+            EXPECT_NE(c.describe().find(c.output == fd::kOutF32AddCAhead ? " sb=1x128 out=fp32,C-ahead"
+                                        : c_is_d                         ? " sb=1x128 out=fp32,+=D"
+                                                                         : " sb=1x128 out=fp32,C"),
                       std::string::npos);
           }
   // Every candidate the filters leave open obeys the same rules, each rejected one says why.
@@ -683,6 +695,52 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
   for (const auto& cand : fh::enumerate_candidates(p, 132))
     split_open |= cand.rejected.empty() && cand.config.split_k > 1;
   EXPECT_TRUE(split_open);
+}
+
+// C loaded a tile ahead into two shared tiles (kOutF32AddCAhead) where C's and D's bytes outweigh the math: the
+// memory-bound weight gradient of DeepSeek-V3 (K = 512) takes it, C being D or not, with 128x96 tiles and 4 stages and
+// no evict-first hint on D; the longer-K ones keep D reduced into by TMA (or C's tile loaded once per tile).
+TEST(Heuristics, WgradLoadsCAheadWhereCAndDOutweighTheMath) {
+  namespace fd = finegemm::device;
+  auto wgrad = [](int64_t m, int64_t n, int64_t k, bool c_is_d) {
+    Problem p = dense(m, n, k);
+    p.sb_per_row = true;
+    p.d_dtype = finegemm::DType::kFloat32;
+    p.accumulate = true;
+    p.c_is_d = c_is_d;
+    return p;
+  };
+  for (bool c_is_d : {true, false}) {
+    const auto c = fh::select_config(wgrad(32768, 4096, 512, c_is_d), 132);
+    EXPECT_EQ(c.output, fd::kOutF32AddCAhead) << c.describe();
+    EXPECT_EQ(c.block_m, 128);
+    EXPECT_EQ(c.block_n, 96);
+    EXPECT_EQ(c.num_stages, 4);
+    EXPECT_FALSE(c.d_evict_first);
+    EXPECT_EQ(uint32_t(c.smem_bytes), fd::gemm_smem_launch_bytes(128, 96, 4, 512, 1, c.sa_mode, c.sb_mode, c.output));
+    for (auto [m, k] : {std::pair<int64_t, int64_t>{24576, 1536}, {7168, 2048}, {4096, 7168}, {7168, 16384}}) {
+      const auto longer = fh::select_config(wgrad(m, 4096, k, c_is_d), 132);
+      EXPECT_EQ(longer.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC) << m << "x4096x" << k;
+    }
+  }
+  // The GPU tests' cases of it (Gpu.WgradCAliasingDOrNot, Gpu.WgradDeterministicAcrossRuns); where C and D fit the
+  // L2, not taken.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{4100, 4096, 512}, {4100, 4104, 208}})
+    for (bool c_is_d : {true, false})
+      EXPECT_EQ(fh::select_config(wgrad(m, n, k, c_is_d), 132).output, fd::kOutF32AddCAhead)
+          << m << "x" << n << "x" << k;
+  EXPECT_EQ(fh::select_config(wgrad(576, 4096, 512, true), 132).output, fd::kOutF32AddToD);
+  // Forced either way (FINEGEMM_FORCE_CONFIG=cahead=...), for measurements.
+  EXPECT_EQ(fh::select_config(wgrad(32768, 4096, 512, true), 132, fh::parse_constraints("cahead=0")).output,
+            fd::kOutF32AddToD);
+  const auto forced = fh::select_config(wgrad(7168, 4096, 2048, true), 132, fh::parse_constraints("cahead=1"));
+  EXPECT_EQ(forced.output, fd::kOutF32AddCAhead);
+  EXPECT_GE(forced.num_stages, 4);
+  // Two fp32 tiles and their barriers: the host's footprint is the kernel's.
+  using AheadLayout = fd::GemmSmemLayout<128, 96, 4, 512, 1, fd::kSaMnMajor, fd::kSbRowMnMajor, fd::kOutF32AddCAhead>;
+  EXPECT_EQ(fd::gemm_smem_launch_bytes(128, 96, 4, 512, 1, fd::kSaMnMajor, fd::kSbRowMnMajor, fd::kOutF32AddCAhead),
+            AheadLayout::kLaunchBytes);
+  EXPECT_EQ(AheadLayout::kDBytes, 2u * 128 * 96 * 4);
 }
 
 TEST(Heuristics, WgradFieldsAreForDenseGemmsOnly) {

@@ -526,7 +526,8 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
 
 // The weight-gradient GEMM of FP8 training (1x128 scales on both operands, fp32 D = C + A x B^T) on DeepSeek-V3's
 // layers, and the fp32 and bf16 outputs without accumulation: every kernel the heuristic picks compiles without
-// spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix).
+// spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix). The K=512
+// ones load C a tile ahead (kOutF32AddCAhead) and store D by TMA, C being D or not.
 TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   std::set<std::string> functions;
   // The last three take 64x96 tiles with three K blocks in flight (gemm_math_registers gives them 248 registers).
@@ -554,6 +555,8 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
     }
   }
   std::vector<std::string> names(functions.begin(), functions.end());
+  const auto c_ahead = [](const std::string& name) { return name.find(", 1u, 4u>") != std::string::npos; };
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), c_ahead)) << "no kernel loads C a tile ahead";
   compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
@@ -562,11 +565,13 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
     const bool fp32 = names[i].find(", 1u, 1u>") != std::string::npos || names[i].find(", 1u, 2u>") != std::string::npos ||
-                      names[i].find(", 1u, 3u>") != std::string::npos;
+                      names[i].find(", 1u, 3u>") != std::string::npos || c_ahead(names[i]);
     if (fp32) EXPECT_EQ(sass.find("STSM"), std::string::npos) << names[i] << ": fp32 tiles are not stored by stmatrix";
     // D += A x B^T: the tile is reduced into D by TMA (UTMAREDG), C other than D is loaded by TMA into the tile.
     if (add_to_d)
       EXPECT_NE(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": no TMA reduction";
+    else
+      EXPECT_EQ(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": D is stored, not reduced into";
   });
 }
 

@@ -44,7 +44,18 @@ enum GemmOutput : uint32_t {
   kOutF32 = 1,      ///< D = A x B^T, fp32
   kOutF32AddC = 2,  ///< D = C + A x B^T, fp32, C another fp32 tensor of D's shape (C's tiles loaded by TMA)
   kOutF32AddToD = 3,  ///< D += A x B^T, fp32 (C is D): D's tiles reduced into it by TMA (the add in the L2)
+  /// D = C + A x B^T, fp32, C another tensor or D itself: C's tiles loaded by TMA into two shared tiles in turn, each
+  /// a tile ahead of its use, so that C's reads and D's writes stream under the K loops (memory-bound calls)
+  kOutF32AddCAhead = 4,
 };
+
+/// Whether the output's kernel loads C's tiles by TMA (kOutF32AddC, kOutF32AddCAhead).
+FG_HOST_DEVICE constexpr bool gemm_loads_c(uint32_t output) {
+  return output == kOutF32AddC || output == kOutF32AddCAhead;
+}
+
+/// Shared output tiles of a kernel: two where C's tiles are loaded a tile ahead, one otherwise.
+FG_HOST_DEVICE constexpr uint32_t gemm_num_d_tiles(uint32_t output) { return output == kOutF32AddCAhead ? 2u : 1u; }
 
 /// Bytes of one output element.
 FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return output == kOutBf16 ? 2u : 4u; }
@@ -69,8 +80,11 @@ struct GemmSmemLayout {
   /// 64-row waves per math warpgroup; wave w of warpgroup g holds tile rows w * kWaveRows + g * 64 + [0, 64).
   static constexpr uint32_t kNumWaves = BLOCK_M / (kWarpgroupRows * kNumMathWarpgroups);
   static constexpr uint32_t kWaveRows = kWarpgroupRows * kNumMathWarpgroups;
-  // (BLOCK_M, BLOCK_N) bf16 or fp32; with kOutF32AddC, C's tile arrives here by TMA and D's leaves from it
-  static constexpr uint32_t kDBytes = align_up(BLOCK_M * gemm_store_cols(BLOCK_N, kOutput) * gemm_out_bytes(kOutput), 1024u);
+  // (BLOCK_M, BLOCK_N) bf16 or fp32; where C is loaded, C's tile arrives here by TMA and D's leaves from it
+  static constexpr uint32_t kDTileBytes =
+      align_up(BLOCK_M * gemm_store_cols(BLOCK_N, kOutput) * gemm_out_bytes(kOutput), 1024u);
+  static constexpr uint32_t kNumDTiles = gemm_num_d_tiles(kOutput);
+  static constexpr uint32_t kDBytes = kNumDTiles * kDTileBytes;
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
@@ -83,9 +97,9 @@ struct GemmSmemLayout {
   static constexpr uint32_t kOffsetSa = kOffsetB + kNumStages * kBBytesPerStage;
   static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage;
   static constexpr uint32_t kOffsetBarriers = kOffsetSb + align_up(kNumStages * kSbBytesPerStage, 16u);
-  // full + empty per stage; split-K: the partial-sum exchange's full + empty; kOutF32AddC: C's tile full + empty
+  // full + empty per stage; split-K: the partial-sum exchange's full + empty; C loaded: each shared tile's full + empty
   static constexpr uint32_t kBarrierBytes =
-      (2 * kNumStages + (kSplitK > 1 ? 2 : 0) + (kOutput == kOutF32AddC ? 2 : 0)) * 8;
+      (2 * kNumStages + (kSplitK > 1 ? 2 : 0) + (gemm_loads_c(kOutput) ? 2 * kNumDTiles : 0)) * 8;
   // Split-K: the (BLOCK_M, BLOCK_N) fp32 partial sums the second CTA of the cluster sends the first
   static constexpr uint32_t kOffsetExchange = align_up(kOffsetBarriers + kBarrierBytes, 16u);
   static constexpr uint32_t kExchangeBytes = kSplitK > 1 ? BLOCK_M * BLOCK_N * 4u : 0u;
@@ -100,11 +114,13 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
                                                          uint32_t sa_mode = kSaMnMajor, uint32_t sb_mode = kSbBlock,
                                                          uint32_t output = kOutBf16) {
   (void)k;
-  const uint32_t d_bytes = align_up(block_m * gemm_store_cols(block_n, output) * gemm_out_bytes(output), 1024u);
+  const uint32_t d_bytes =
+      gemm_num_d_tiles(output) * align_up(block_m * gemm_store_cols(block_n, output) * gemm_out_bytes(output), 1024u);
   const uint32_t stage_bytes =
       block_m * kBlockK + block_n * kBlockK + align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u);
   const uint32_t sb_bytes = align_up(num_stages * (sb_mode == kSbBlock ? 8u : align_up(block_n * 4u, 128u)), 16u);
-  const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0) + (output == kOutF32AddC ? 2 : 0)) * 8;
+  const uint32_t barrier_bytes =
+      (2 * num_stages + (split_k > 1 ? 2 : 0) + (gemm_loads_c(output) ? 2 * gemm_num_d_tiles(output) : 0)) * 8;
   const uint32_t exchange_bytes = split_k > 1 ? block_m * block_n * 4u : 0u;
   return align_up(d_bytes + num_stages * stage_bytes + sb_bytes + barrier_bytes, 16u) + exchange_bytes + 1024;
 }

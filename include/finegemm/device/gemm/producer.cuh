@@ -25,23 +25,37 @@ struct GemmSmem {
   uint64_t* exchange_full;    // split-K: partial sums arrived (used in CTA 0)
   uint64_t* exchange_empty;   // split-K: CTA 0 consumed them (used in CTA 1)
   float* exchange;            // split-K: (BLOCK_M, BLOCK_N) fp32
-  uint64_t* c_full;           // kOutF32AddC: C's tile arrived in d
-  uint64_t* c_empty;          // kOutF32AddC: the math warpgroups' stores are done reading d
+  uint64_t* c_full;           // C loaded (Cfg::kAddC): (kNumDTiles) C's tile arrived in shared tile i
+  uint64_t* c_empty;          // C loaded: (kNumDTiles) the math warpgroups' stores are done reading shared tile i
 };
 
-/// kOutF32AddC: C's (BLOCK_M, BLOCK_N) tile into the shared output tile, in the slabs and 64-row boxes the epilogue
-/// stores D from (TMA fills rows and columns past C with zeros; they are not stored). Issued at the tile's start, once
-/// the previous tile's stores have read the shared tile, so that it arrives under the tile's K loop.
+/// Which shared output tile, and which phase of its barriers, the n-th tile a CTA walks uses where C is loaded: the
+/// tiles take the kNumDTiles shared tiles in turn.
 template <class Cfg>
-FG_DEVICE void load_c_tile(const GemmArgs& args, const GemmSmem& smem, const Tile& tile, uint32_t phase) {
+struct CTileTurn {
+  uint32_t index = 0;  // tiles walked so far
+  FG_DEVICE uint32_t slot() const { return Cfg::kNumDTiles == 1 ? 0 : index % Cfg::kNumDTiles; }
+  FG_DEVICE uint32_t phase() const { return (index / Cfg::kNumDTiles) & 1; }
+  FG_DEVICE void advance() { ++index; }
+};
+
+/// C loaded (Cfg::kAddC): C's (BLOCK_M, BLOCK_N) tile into shared output tile `turn.slot()`, in the slabs and 64-row
+/// boxes the epilogue stores D from (TMA fills rows and columns past C with zeros; they are not stored). Issued at the
+/// tile's start, once the stores of the tile that last used that shared tile have read it: with one shared tile the
+/// previous tile's, so that C arrives under the tile's K loop; with two (kOutF32AddCAhead), the tile before the
+/// previous one's, so that it loads under the previous tile's K loop and epilogue too.
+template <class Cfg>
+FG_DEVICE void load_c_tile(const GemmArgs& args, const GemmSmem& smem, const Tile& tile, CTileTurn<Cfg> turn) {
   using Epilogue = typename Cfg::Epilogue;
-  ptx::mbarrier_wait(smem.c_empty, phase ^ 1);
-  ptx::mbarrier_arrive_expect_tx(smem.c_full, Cfg::BLOCK_M * Cfg::BLOCK_N * 4);
+  uint64_t* full = smem.c_full + turn.slot();
+  uint8_t* dst = smem.d + turn.slot() * Cfg::Layout::kDTileBytes;
+  ptx::mbarrier_wait(smem.c_empty + turn.slot(), turn.phase() ^ 1);
+  ptx::mbarrier_arrive_expect_tx(full, Cfg::BLOCK_M * Cfg::BLOCK_N * 4);
 #pragma unroll
   for (uint32_t r = 0; r < Cfg::BLOCK_M; r += Epilogue::kRowsPerWarpgroup) {
 #pragma unroll
     for (uint32_t slab = 0; slab < Epilogue::kNumSlabs; ++slab) {
-      ptx::tma_load_2d(&args.tma_c, smem.c_full, smem.d + slab * Epilogue::kSlabBytes + r * Epilogue::kSlabRowBytes,
+      ptx::tma_load_2d(&args.tma_c, full, dst + slab * Epilogue::kSlabBytes + r * Epilogue::kSlabRowBytes,
                        int32_t(tile.n_block * Cfg::BLOCK_N + slab * Epilogue::kSlabCols), tile.row_base + int32_t(r));
     }
   }
@@ -113,12 +127,12 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   using Layout = typename Cfg::Layout;
   PipelineState<Cfg::kNumStages> pipe;
   Tile tile;
-  uint32_t c_phase = 0;
+  CTileTurn<Cfg> c_turn;
   GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4, &args.tma_a, args.a_base, uint32_t(args.num_rows)};
   while (scheduler.next(tile)) {
     if constexpr (Cfg::kAddC) {
-      load_c_tile<Cfg>(args, smem, tile, c_phase);
-      c_phase ^= 1;
+      load_c_tile<Cfg>(args, smem, tile, c_turn);
+      c_turn.advance();
     }
     // A masked GEMM's SA is [G * KB, M_max]: the group is in the K-block coordinate. A K-grouped GEMM's SA is
     // [sum KB_g, M]: rows of the group's own, from its first K block. (So are its A's rows: A_g is [M, K_g].)

@@ -35,8 +35,10 @@ struct GemmTraits {
   using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode, kSbMode, kOutput>;
   static constexpr uint32_t kOutBytes = gemm_out_bytes(kOutput);
   using Epilogue = EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes, gemm_store_cols(BLOCK_N, kOut)>;
-  /// D = C + A x B^T: the A issuer loads C's tile into the shared output tile at each tile's start.
-  static constexpr bool kAddC = kOutput == kOutF32AddC;
+  /// D = C + A x B^T: the A issuer loads C's tile into a shared output tile at each tile's start; with
+  /// kOutF32AddCAhead into two of them in turn (the tile after next's C may load while this tile's D is stored).
+  static constexpr bool kAddC = gemm_loads_c(kOutput);
+  static constexpr uint32_t kNumDTiles = Layout::kNumDTiles;
   /// D += A x B^T: the epilogue's TMA stores are reductions (fp32 adds in the L2) into D.
   static constexpr bool kAddToD = kOutput == kOutF32AddToD;
   static constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;

@@ -10,7 +10,9 @@
 // columns, the first half promoted while the second runs. Where a grouped tile's rows end before a warpgroup's 64 rows
 // of a wave, that warpgroup passes the turn without issuing (kPassesIdleTurns). The epilogue (epilogue.cuh) converts
 // to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's
-// main loop. For small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes
+// main loop; fp32 outputs go through the shared tile as float pairs, plus C's tile where C is loaded (A's issuer loads
+// it at the tile's start; kOutF32AddCAhead alternates two shared tiles, so that C loads a tile ahead), or reduced into
+// D by TMA (kOutF32AddToD). For small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes
 // the tile over half of K, and the second adds its fp32 partial sums into the first's through distributed shared
 // memory. Launched with programmatic dependent launch, the short-K dense kernels prefetch their first blocks of B into
 // the L2 while the kernel before them finishes (gemm_may_prefetch_b_under_pdl).
@@ -49,11 +51,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(kSaMode <= kSaKMajorTma, "SA read as GemmSaMode says");
   static_assert(!kWideTail || gemm_wide_tail(GemmKind(kKind), BLOCK_M, BLOCK_N, kSplitK, kSaMode),
                 "wide tails: dense, masked and psum 256x128 kernels as gemm_wide_tail says");
-  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddToD, "B's scales and the output as GemmSbMode and "
-                "GemmOutput say");
+  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddCAhead, "B's scales and the output as GemmSbMode "
+                "and GemmOutput say");
   static_assert(kOutput == kOutBf16 || (!kWideTail && !(kKind == int(GemmKind::kGroupedContiguous) && BLOCK_M == 256)),
                 "fp32 outputs: no wide tiles (their waves are stored as two bf16 n-blocks)");
-  static_assert(kOutput != kOutF32AddC || kSplitK == 1, "C's tile is loaded for the CTA that stores the tile only: "
+  static_assert(!gemm_loads_c(kOutput) || kSplitK == 1, "C's tile is loaded for the CTA that stores the tile only: "
                 "no split-K");
   // K-grouped: K read per group on the device (K = 0 here), in the one shape that keeps its code small: two math
   // warpgroups taking turns over 128-row tiles, 1x128 scales of both operands by TMA, fp32 reduced into D.
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uint64_t>(smem_raw), uint64_t(1024)));
   GemmSmem smem;
-  smem.d = base + Layout::kOffsetD;                                           // (BLOCK_M, BLOCK_N) bf16 / fp32
+  smem.d = base + Layout::kOffsetD;  // (kNumDTiles, BLOCK_M, BLOCK_N) bf16 / fp32
   smem.a = base + Layout::kOffsetA;                                           // (kNumStages, BLOCK_M, BLOCK_K) fp8
   smem.b = base + Layout::kOffsetB;                                           // (kNumStages, BLOCK_N, BLOCK_K) fp8
   smem.sa = reinterpret_cast<float*>(base + Layout::kOffsetSa);               // (kNumStages, BLOCK_M, 1 or 4) fp32
@@ -90,8 +92,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   smem.empty_barriers = smem.full_barriers + kNumStages;                              // (kNumStages)
   smem.exchange_full = smem.empty_barriers + kNumStages;                              // split-K
   smem.exchange_empty = smem.exchange_full + 1;                                       // split-K
-  smem.c_full = smem.empty_barriers + kNumStages + (kSplitK > 1 ? 2 : 0);             // kOutF32AddC
-  smem.c_empty = smem.c_full + 1;                                                     // kOutF32AddC
+  smem.c_full = smem.empty_barriers + kNumStages + (kSplitK > 1 ? 2 : 0);             // C loaded: (kNumDTiles)
+  smem.c_empty = smem.c_full + Cfg::kNumDTiles;                                       // C loaded: (kNumDTiles)
   smem.exchange = reinterpret_cast<float*>(base + Layout::kOffsetExchange);  // split-K: (BLOCK_M, BLOCK_N) fp32
 
   // The math warps' tiles, walked for them by the producer's fourth warp (publish_tiles): two slots of a tile's
@@ -133,8 +135,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     }
     if constexpr (kTileRing) init_tile_ring(tile_ring, kNumMathThreads);
     if constexpr (Cfg::kAddC) {
-      ptx::mbarrier_init(smem.c_full, 1);                           // A's issuer's expect_tx; C's TMA bytes complete it
-      ptx::mbarrier_init(smem.c_empty, Cfg::kNumMathWarpgroups);    // each math warpgroup, once its stores read the tile
+      for (uint32_t i = 0; i < Cfg::kNumDTiles; ++i) {
+        ptx::mbarrier_init(smem.c_full + i, 1);  // A's issuer's expect_tx; C's TMA bytes complete it
+        ptx::mbarrier_init(smem.c_empty + i, Cfg::kNumMathWarpgroups);  // each math warpgroup, once its stores read it
+      }
     }
     ptx::fence_mbarrier_init();
   }
@@ -206,7 +210,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       return scheduler.next(t);
     };
     Tile tile;
-    uint32_t c_phase = 0;  // kOutF32AddC: C's tile of this CTA's n-th tile completes c_full's phase n % 2
+    CTileTurn<Cfg> c_turn;  // C loaded: the shared tile of this CTA's tile and the phase C's arrival completes there
     while (next_tile(tile)) {
       if (!has_work) continue;
       math.compute_tile(tile, kb_begin);
@@ -224,16 +228,16 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         Cfg::Epilogue::store(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
                              wg_barrier, tile, args, N);
       } else {
-        Cfg::Epilogue::template store_f32<Cfg::kAddC, Cfg::kAddToD>(math.final_accum, smem.d, math_wg,
-                                                                    Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
-                                                                    wg_barrier, tile, args, N, smem.c_full, c_phase);
+        Cfg::Epilogue::template store_f32<Cfg::kAddC, Cfg::kAddToD>(
+            math.final_accum, smem.d + c_turn.slot() * Layout::kDTileBytes, math_wg, Cfg::kWaveRows, warp_in_wg,
+            lane_idx, wg_thread, wg_barrier, tile, args, N, smem.c_full + c_turn.slot(), c_turn.phase());
         if constexpr (Cfg::kAddC) {
-          // The next tile's C may go into the shared tile once this warpgroup's stores have read it.
+          // A later tile's C may go into the shared tile once this warpgroup's stores have read it.
           if (wg_thread == 0) {
             ptx::tma_store_wait_read<0>();
-            ptx::mbarrier_arrive(smem.c_empty);
+            ptx::mbarrier_arrive(smem.c_empty + c_turn.slot());
           }
-          c_phase ^= 1;
+          c_turn.advance();
         }
       }
       if constexpr (kSplitK > 1) exchange.release();
