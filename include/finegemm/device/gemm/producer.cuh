@@ -31,12 +31,20 @@ struct GemmSmem {
 
 /// Which shared output tile, and which phase of its barriers, the n-th tile a CTA walks uses where C is loaded: the
 /// tiles take the kNumDTiles shared tiles in turn.
+/// (One shared tile: the phase alone, toggled per tile; counting tiles there made the math warpgroups of the 64x96
+/// kernel with a C other than D spill.)
 template <class Cfg>
 struct CTileTurn {
-  uint32_t index = 0;  // tiles walked so far
+  uint32_t index = 0;  // two shared tiles: tiles walked so far
+  uint32_t toggle = 0;  // one shared tile: the phase
   FG_DEVICE uint32_t slot() const { return Cfg::kNumDTiles == 1 ? 0 : index % Cfg::kNumDTiles; }
-  FG_DEVICE uint32_t phase() const { return (index / Cfg::kNumDTiles) & 1; }
-  FG_DEVICE void advance() { ++index; }
+  FG_DEVICE uint32_t phase() const { return Cfg::kNumDTiles == 1 ? toggle : (index / Cfg::kNumDTiles) & 1; }
+  FG_DEVICE void advance() {
+    if (Cfg::kNumDTiles == 1)
+      toggle ^= 1;
+    else
+      ++index;
+  }
 };
 
 /// C loaded (Cfg::kAddC): C's (BLOCK_M, BLOCK_N) tile into shared output tile `turn.slot()`, in the slabs and 64-row
