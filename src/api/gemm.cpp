@@ -288,6 +288,7 @@ void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, dev
   args.error_flags = reinterpret_cast<uint32_t*>(Context::instance().error_flags(device));
   args.ld_d = c.ld_d;
   args.d_evict_first = cfg.d_evict_first ? 1u : 0u;
+  args.d_prefetch_lead = uint32_t(cfg.d_prefetch_lead);
 }
 
 /// The kernel's arguments: the descriptors in the order A, B, SA, SB, D, C; then the K-grouped workspace; then the

@@ -656,6 +656,9 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
               EXPECT_EQ(c.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC);
             }
             EXPECT_FALSE(c.wide_tail);
+            EXPECT_EQ(c.d_prefetch_lead, c.output == fd::kOutF32AddToD ? 1 : 0)
+                << "dense reductions into D prefetch D's tile into the L2 with the tile's last K block";
+            EXPECT_EQ(c.describe().find(" D:L2-prefetch") != std::string::npos, c.d_prefetch_lead == 1);
             EXPECT_LE(c.smem_bytes, 232448);
             EXPECT_EQ(uint32_t(c.smem_bytes),
                       fd::gemm_smem_launch_bytes(uint32_t(c.block_m), uint32_t(c.block_n), uint32_t(c.num_stages),
@@ -773,6 +776,7 @@ TEST(Heuristics, KGroupedRunsEveryMultipleOfEightRows) {
     q.c_is_d = true;
     const auto c = fh::select_config(q, 132);
     EXPECT_EQ(c.block_m, 128) << m;
+    EXPECT_EQ(c.d_prefetch_lead, 0) << "the K-grouped kernel measured no gain from it";
   }
 }
 

@@ -527,7 +527,8 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
 // The weight-gradient GEMM of FP8 training (1x128 scales on both operands, fp32 D = C + A x B^T) on DeepSeek-V3's
 // layers, and the fp32 and bf16 outputs without accumulation: every kernel the heuristic picks compiles without
 // spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix). The K=512
-// ones load C a tile ahead (kOutF32AddCAhead) and store D by TMA, C being D or not.
+// ones load C a tile ahead (kOutF32AddCAhead) and store D by TMA, C being D or not; those that reduce into D
+// prefetch D's tile into the L2 first (GemmArgs::d_prefetch_lead).
 TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   std::set<std::string> functions;
   // The last three take 64x96 tiles with three K blocks in flight (gemm_math_registers gives them 248 registers).
@@ -568,9 +569,10 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
                       names[i].find(", 1u, 3u>") != std::string::npos || c_ahead(names[i]);
     if (fp32) EXPECT_EQ(sass.find("STSM"), std::string::npos) << names[i] << ": fp32 tiles are not stored by stmatrix";
     // D += A x B^T: the tile is reduced into D by TMA (UTMAREDG), C other than D is loaded by TMA into the tile.
-    if (add_to_d)
+    if (add_to_d) {
       EXPECT_NE(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": no TMA reduction";
-    else
+      EXPECT_NE(sass.find("UTMAPF.L2.2D"), std::string::npos) << names[i] << ": no prefetch of D's tile into the L2";
+    } else
       EXPECT_EQ(sass.find("UTMAREDG"), std::string::npos) << names[i] << ": D is stored, not reduced into";
   });
 }

@@ -69,6 +69,18 @@ FG_DEVICE void load_c_tile(const GemmArgs& args, const GemmSmem& smem, const Til
   }
 }
 
+/// D's (BLOCK_M, BLOCK_N) tile into the L2, in the epilogue's boxes (those past D are clipped).
+template <class Cfg>
+FG_DEVICE void prefetch_d_tile(const GemmArgs& args, const Tile& tile) {
+  using Epilogue = typename Cfg::Epilogue;
+#pragma unroll
+  for (uint32_t r = 0; r < Cfg::BLOCK_M; r += Epilogue::kRowsPerWarpgroup) {
+#pragma unroll
+    for (uint32_t col = 0; col < Cfg::BLOCK_N; col += Epilogue::kSlabCols)
+      ptx::tma_prefetch_2d_l2(&args.tma_d, int32_t(tile.n_block * Cfg::BLOCK_N + col), tile.row_base + int32_t(r));
+  }
+}
+
 /// The K blocks of a tile this CTA computes: [kb_begin, kb_end(...)); K-grouped tiles have their group's.
 template <class Cfg>
 FG_DEVICE uint32_t tile_kb_end(const Tile& tile, uint32_t kb_begin) {
@@ -181,6 +193,12 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
         ptx::tma_load_2d(&args.tma_sb, full, smem.sb + pipe.stage * Cfg::kSbFloatsPerStage,
                          int32_t(tile.n_block * Cfg::BLOCK_N),
                          (Cfg::kRuntimeK ? tile.k_block0 : tile.group * int32_t(Cfg::kNumKBlocks)) + int32_t(kb));
+      // D += A x B^T in a dense GEMM: D's tile into the L2 a few K blocks before the tile ends (GemmArgs::
+      // d_prefetch_lead), so that the epilogue's reductions find its lines there instead of reading them from DRAM
+      // first. (Not compiled into the K-grouped kernel, where it measured no gain.)
+      if constexpr (Cfg::kAddToD && Cfg::kGemmKind == GemmKind::kNormal) {
+        if (args.d_prefetch_lead != 0 && kb + args.d_prefetch_lead == kb_end) prefetch_d_tile<Cfg>(args, tile);
+      }
       pipe.advance();
     }
     if constexpr (Cfg::kRuntimeK) maps.used(kb_end - kb_begin);
