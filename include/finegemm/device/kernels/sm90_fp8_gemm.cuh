@@ -1,21 +1,21 @@
 // The FP8 GEMM kernel with fine-grained scaling for sm_90a: D = (A * SA) x (B * SB)^T, all GEMM kinds.
 //
 // Persistent and warp-specialized: one CTA per SM walks its tiles (TileScheduler). The last warpgroup produces
-// (gemm/producer.cuh): one thread issues TMA loads of A (and SA when it goes by TMA), a thread of another warp those
-// of B, into a kNumStages ring guarded by full/empty mbarriers; a third warp writes each stage's SB (and gathers SA
-// when it is K-major with a stride TMA cannot take). One or two math warpgroups (gemm/math.cuh) issue wgmma (64 rows
-// each per wave; BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32
-// result into a second accumulator with the SA * SB scales. Two math warpgroups take turns issuing (named barriers),
-// so one promotes while the other's wgmmas run; at BLOCK_N >= 192 a turn's wgmmas are two commit groups of half the
-// columns, the first half promoted while the second runs. Where a grouped tile's rows end before a warpgroup's 64 rows
-// of a wave, that warpgroup passes the turn without issuing (kPassesIdleTurns). The epilogue (epilogue.cuh) converts
-// to bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's
+// (gemm/producer.cuh): one thread issues TMA loads of A (and SA when it goes by TMA), a thread of another warp those of
+// B, into a kNumStages ring guarded by full/empty mbarriers; a third warp writes each stage's SB (and gathers SA when
+// it is K-major with a stride TMA cannot take). One or two math warpgroups (gemm/math.cuh) issue wgmma (64 rows each
+// per wave; BLOCK_M=256 tiles give each warpgroup two 64-row waves) and promote each 128-wide K block's fp32 result
+// into a second accumulator with the SA * SB scales. Two math warpgroups take turns issuing (named barriers), so one
+// promotes while the other's wgmmas run; at BLOCK_N >= 192 a turn's wgmmas are two commit groups of half the columns,
+// the first half promoted while the second runs. Where a grouped tile's rows end before a warpgroup's 64 rows of a
+// wave, that warpgroup passes the turn without issuing (kPassesIdleTurns). The epilogue (epilogue.cuh) converts to
+// bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's
 // main loop; fp32 outputs go through the shared tile as float pairs, plus C's tile where C is loaded (A's issuer loads
 // it at the tile's start; kOutF32AddCAhead alternates two shared tiles, so that C loads a tile ahead), or reduced into
-// D by TMA (kOutF32AddToD). For small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes
-// the tile over half of K, and the second adds its fp32 partial sums into the first's through distributed shared
-// memory. Launched with programmatic dependent launch, the short-K dense kernels prefetch their first blocks of B into
-// the L2 while the kernel before them finishes (gemm_may_prefetch_b_under_pdl).
+// D by TMA (kOutF32AddToD). For small-M shapes with few narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each
+// CTA computes the tile over half of K, and the second adds its fp32 partial sums into the first's through distributed
+// shared memory. Launched with programmatic dependent launch, the short-K dense kernels prefetch their first blocks of
+// B into the L2 while the kernel before them finishes (gemm_may_prefetch_b_under_pdl).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>(align_up(reinterpret_cast<uint64_t>(smem_raw), uint64_t(1024)));
   GemmSmem smem;
-  smem.d = base + Layout::kOffsetD;  // (kNumDTiles, BLOCK_M, BLOCK_N) bf16 / fp32
+  smem.d = base + Layout::kOffsetD;                                           // (kNumDTiles, BLOCK_M, BLOCK_N)
   smem.a = base + Layout::kOffsetA;                                           // (kNumStages, BLOCK_M, BLOCK_K) fp8
   smem.b = base + Layout::kOffsetB;                                           // (kNumStages, BLOCK_N, BLOCK_K) fp8
   smem.sa = reinterpret_cast<float*>(base + Layout::kOffsetSa);               // (kNumStages, BLOCK_M, 1 or 4) fp32
