@@ -321,8 +321,9 @@ uint32_t sa_mode_for(const Problem& p) {
 /// Whether C and D outgrow the L2 and their bytes at the copy bandwidth outweigh the call's tensor work at its peak
 /// kCAheadMinBytesOverMath times (where C loaded a tile ahead pays).
 bool c_and_d_outweigh_math(const Problem& p, const HardwareModel& hw, int num_sms) {
-  if (call_bytes(p).d <= hw.l2_bytes) return false;
-  const double c_and_d_s = call_bytes(p).d / hw.dram_bytes_per_s;
+  const double c_and_d_bytes = call_bytes(p).d;
+  if (c_and_d_bytes <= hw.l2_bytes) return false;
+  const double c_and_d_s = c_and_d_bytes / hw.dram_bytes_per_s;
   const double flops = 2.0 * double(tiled_groups(p)) * double(rows_for_tiles(p)) * double(p.n) * double(p.k);
   const double math_s = flops / (hw.sm_fp8_flops_per_s * double(num_sms));
   return c_and_d_s >= kCAheadMinBytesOverMath * math_s;
@@ -337,6 +338,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   // into two shared tiles: where C and D outweigh the math, their reads and writes then stream under the K loops.
   std::vector<uint32_t> outputs = {output_of(p)};
   if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
+  const bool c_ahead_pays = constraints.c_ahead == 1 || c_and_d_outweigh_math(p, hw, num_sms);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
   const bool forced_256 = constraints.block_m == 256;
@@ -368,8 +370,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
           } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
             cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";
-          } else if (output == device::kOutF32AddCAhead && constraints.c_ahead != 1 &&
-                     !c_and_d_outweigh_math(p, hw, num_sms)) {
+          } else if (output == device::kOutF32AddCAhead && !c_ahead_pays) {
             cand.rejected = "C loaded a tile ahead pays only where C and D outgrow the L2 and their bytes outweigh the "
                             "tensor work 3 times";
           } else if (device::gemm_loads_c(output) && split > 1) {
