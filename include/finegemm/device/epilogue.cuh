@@ -19,7 +19,9 @@ namespace finegemm::device {
 /// The shared output tile: kStoreCols / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16 or fp32 (kOutBytes 2 or 4), each
 /// swizzled the way TMA's kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix (bf16) and the float2 pairs
 /// of 8 rows (fp32) land in distinct banks. It holds the tile's columns kStoreCols at a time (gemm_store_cols).
-template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2, uint32_t kStoreCols = BLOCK_N>
+/// Parts go out through kStoreBuffers shared buffers in turn (gemm_store_buffers).
+template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2, uint32_t kStoreCols = BLOCK_N,
+          uint32_t kStoreBuffers = 1>
 struct EpilogueTile {
   static_assert(BLOCK_N % 16 == 0, "stmatrix x4 covers 16 columns");
   static_assert(kOutBytes == 2 || kOutBytes == 4, "bf16 or fp32 output");
@@ -34,6 +36,10 @@ struct EpilogueTile {
   /// Parts the tile's columns go out in (the last may be narrower).
   static constexpr uint32_t kNumParts = ceil_div(BLOCK_N, kStoreCols);
   static constexpr uint32_t kSlabBytes = BLOCK_M * kSlabRowBytes;
+  /// One buffer: a part's slabs (1024-aligned, as the layout's kDTileBytes).
+  static constexpr uint32_t kBufferBytes = align_up(kNumSlabs * kSlabBytes, 1024u);
+  static_assert(kStoreBuffers == 1 || (kStoreBuffers == 2 && kNumParts > 1 && kOutBytes == 4),
+                "fp32 parts may alternate between two buffers");
   static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
 
@@ -98,9 +104,16 @@ struct EpilogueTile {
     if constexpr (kAddC) ptx::mbarrier_wait(c_full, c_phase);
 #pragma unroll
     for (uint32_t part = 0; part < kNumParts; ++part) {
-      // The shared tile is free once the previous part's (or tile's) stores have read it.
+      // The part's buffer is free once the stores that last read it have: with one buffer the previous part's (or
+      // tile's); with two, those of the part before the previous one (the previous tile's, for the first part).
+      uint8_t* const buffer = smem_d + (part % kStoreBuffers) * kBufferBytes;
       if constexpr (!kAddC) {
-        if (wg_thread == 0) ptx::tma_store_wait_read<0>();
+        if (wg_thread == 0) {
+          if (kStoreBuffers == 1 || part == 0)
+            ptx::tma_store_wait_read<0>();
+          else
+            ptx::tma_store_wait_read<1>();
+        }
         ptx::named_barrier_sync(wg_barrier, 128);
       }
       constexpr uint32_t kPartQuads = kStoreCols / 8;
@@ -112,7 +125,7 @@ struct EpilogueTile {
 #pragma unroll
           for (uint32_t h = 0; h < 2; ++h) {
             float* dst = reinterpret_cast<float*>(
-                smem_d + offset(row + 8 * h, 8 * (j - part * kPartQuads) + 2 * (lane % 4)));
+                buffer + offset(row + 8 * h, 8 * (j - part * kPartQuads) + 2 * (lane % 4)));
             float2 v = make_float2(acc[w][j * 4 + 2 * h], acc[w][j * 4 + 2 * h + 1]);
             if constexpr (kAddC) {
               const float2 c = ptx::ld_shared_v2_f32(dst);
@@ -123,7 +136,7 @@ struct EpilogueTile {
           }
         }
       }
-      write_out<kNumWaves, kAddToD>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n,
+      write_out<kNumWaves, kAddToD>(buffer, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n,
                                     part * kStoreCols, min_of(kStoreCols, BLOCK_N - part * kStoreCols));
     }
   }
