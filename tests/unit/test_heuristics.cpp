@@ -776,7 +776,8 @@ TEST(Heuristics, KGroupedRunsEveryMultipleOfEightRows) {
     q.c_is_d = true;
     const auto c = fh::select_config(q, 132);
     EXPECT_EQ(c.block_m, 128) << m;
-    EXPECT_EQ(c.d_prefetch_lead, 0) << "the K-grouped kernel measured no gain from it";
+    EXPECT_EQ(c.output, finegemm::device::kOutF32AddToD) << m;
+    EXPECT_EQ(c.d_prefetch_lead, 1) << "D's tile is prefetched into the L2 before the reduction into it";
   }
 }
 
