@@ -575,18 +575,18 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
   return bytes.d > hw.l2_bytes && bytes.d >= kDEvictFirstMinWriteRatio * (bytes.a + bytes.b);
 }
 
-/// Dense and K-grouped GEMMs that reduce into D (D += A x B^T, kOutF32AddToD) prefetch D's tile into the L2 as A's issuer issues
-/// the tile's last K block (KernelConfig::d_prefetch_lead = 1), about a stage ring's K blocks before the epilogue
-/// reduces into it. Measured on an H200 (`finegemm bench`, C = D, two rounds, us, without -> with): 2112x4096x7168
-/// 140.5, 140.2 -> 138.2, 138.5; 576x4096x7168 39.4, 39.3 -> 38.3, 38.2; 24576x4096x1536 373.1, 373.1 -> 366.7,
-/// 366.3; 4096x4096x7168 252.8, 252.9 -> 250.1, 250.2; 7168x4096x2048 149.3, 150.1 -> 142.6, 143.0; 7168x4096x16384
-/// 947.9, 947.2 -> 951.0, 949.5 (the one slower). Six K blocks ahead instead gained less (2112x4096x7168 139.4,
-/// 7168x4096x2048 143.9, 143.7). At the tile's start (an earlier try) the dense shapes ran slower (2112x4096x7168
-/// 142.4 -> 145.8). The K-grouped kernel measured within -0.5% and +0.2% on its six cases with one shared output
-/// buffer (one round); since its 128x160 tiles reduce through two (gemm_store_buffers), with the last K block: 16
-/// experts 4096x7168x2048 2056.3, 2054.6 -> 2013.6, 2015.4 us, 16 experts 7168x2048x2048 1071.1, 1071.4 -> 1053.2,
-/// 1052.8, 8 experts 4096x7168x4096 1646.6, 1648.6 -> 1621.9, 1623.2; at the tile's start 2041.7, 2038.7; 1062.6,
-/// 1063.5; 1652.5, 1651.8.
+/// Dense and K-grouped GEMMs that reduce into D (D += A x B^T, kOutF32AddToD) prefetch D's tile into the L2 as A's
+/// issuer issues the tile's last K block (KernelConfig::d_prefetch_lead = 1), about a stage ring's K blocks before the
+/// epilogue reduces into it. Measured on an H200 (`finegemm bench`, C = D, two rounds, us, without -> with):
+/// 2112x4096x7168 140.5, 140.2 -> 138.2, 138.5; 576x4096x7168 39.4, 39.3 -> 38.3, 38.2; 24576x4096x1536 373.1, 373.1 ->
+/// 366.7, 366.3; 4096x4096x7168 252.8, 252.9 -> 250.1, 250.2; 7168x4096x2048 149.3, 150.1 -> 142.6, 143.0;
+/// 7168x4096x16384 947.9, 947.2 -> 951.0, 949.5 (the one slower). Six K blocks ahead instead gained less
+/// (2112x4096x7168 139.4, 7168x4096x2048 143.9, 143.7). At the tile's start (an earlier try) the dense shapes ran
+/// slower (2112x4096x7168 142.4 -> 145.8). The K-grouped kernel measured within -0.5% and +0.2% on its six cases with
+/// one shared output buffer (one round); since its 128x160 tiles reduce through two (gemm_store_buffers), with the last
+/// K block: 16 experts 4096x7168x2048 2056.3, 2054.6 -> 2013.6, 2015.4 us, 16 experts 7168x2048x2048 1071.1, 1071.4 ->
+/// 1053.2, 1052.8, 8 experts 4096x7168x4096 1646.6, 1648.6 -> 1621.9, 1623.2; at the tile's start 2041.7, 2038.7;
+/// 1062.6, 1063.5; 1652.5, 1651.8.
 ///
 /// Under programmatic dependent launch, the kernels that may (device::gemm_may_prefetch_b_under_pdl: dense, bf16 out,
 /// at most 128 rows, at most 16 K blocks per CTA) prefetch the first kPdlPrefetchBytes of their tiles' B into the L2

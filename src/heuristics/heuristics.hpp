@@ -51,8 +51,8 @@ struct KernelConfig {
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)
   bool d_evict_first = false;  ///< D's TMA stores carry an L2 evict-first hint (d_evict_first_pays)
-  /// D += A x B^T in a dense or K-grouped GEMM: A's issuer prefetches D's tile into the L2 with the tile's last K block (1), so
-  /// that the epilogue's reductions into D find its lines there (GemmArgs::d_prefetch_lead); 0: no prefetch.
+  /// D += A x B^T in a dense or K-grouped GEMM: A's issuer prefetches D's tile into the L2 with the tile's last K
+  /// block (1), so that the epilogue's reductions into D find its lines there (GemmArgs::d_prefetch_lead); 0: none.
   int d_prefetch_lead = 0;
   /// Launched with programmatic dependent launch: K blocks of B's tiles the kernel prefetches into the L2 before it
   /// waits for the previous kernel, and from then on the next kernel may launch (GemmArgs::pdl_prefetch_b_blocks);

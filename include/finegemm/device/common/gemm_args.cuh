@@ -40,9 +40,9 @@ struct GemmArgs {
   const uint8_t* a_base;      ///< A's flat fp8 data: group g's [M, K_g] block at element M * (K_0 + ... + K_{g-1})
   const uint8_t* b_base;      ///< B's, likewise with N rows
   int32_t total_k;            ///< K_0 + ... + K_{G-1}: the K extent A and B hold (a larger sum of K_g is an error)
-  /// D += A x B^T (kOutF32AddToD) in a dense or K-grouped GEMM: A's issuer prefetches D's tile into the L2 as it issues the tile's
-  /// K block this many blocks before the end (1: the last), so that the epilogue reduces into lines the L2 holds (0:
-  /// no prefetch). Set by the heuristic (KernelConfig::d_prefetch_lead).
+  /// D += A x B^T (kOutF32AddToD) in a dense or K-grouped GEMM: A's issuer prefetches D's tile into the L2 as it
+  /// issues the tile's K block this many blocks before the end (1: the last), so that the epilogue reduces into lines
+  /// the L2 holds (0: no prefetch). Set by the heuristic (KernelConfig::d_prefetch_lead).
   uint32_t d_prefetch_lead;
 };
 

@@ -73,7 +73,8 @@ FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t out
 /// otherwise. The second buffer costs a stage (128x160: 4 instead of 5). Measured on an H200 (`finegemm bench`, C = D,
 /// two runs of two rounds, us, one buffer -> two): 24576x4096x1536 (128x160) 361.9, 361.5, 367.4, 367.1 -> 348.0,
 /// 347.2, 351.4, 350.6; 7168x4096x16384 (128x160) 944.4, 943.8, 955.9, 954.7 -> 930.4, 930.6, 942.3, 941.8; K-grouped
-/// (128x160) from 0.9% faster to 0.6% slower on six cases; 2112x4096x7168 (128x144) 139.1, 139.2 -> 140.0, 139.8, hence 160 and up only.
+/// (128x160) from 0.9% faster to 0.6% slower on six cases; 2112x4096x7168 (128x144) 139.1, 139.2 -> 140.0, 139.8,
+/// hence 160 columns and up only.
 FG_HOST_DEVICE constexpr uint32_t gemm_store_buffers(uint32_t block_n, uint32_t output) {
   return output == kOutF32AddToD && block_n > 144 ? 2u : 1u;
 }
