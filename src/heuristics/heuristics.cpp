@@ -575,9 +575,9 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
   return bytes.d > hw.l2_bytes && bytes.d >= kDEvictFirstMinWriteRatio * (bytes.a + bytes.b);
 }
 
-/// Dense and K-grouped GEMMs that reduce into D (D += A x B^T, kOutF32AddToD) prefetch D's tile into the L2 as A's
-/// issuer issues the tile's last K block (KernelConfig::d_prefetch_lead = 1), about a stage ring's K blocks before the
-/// epilogue reduces into it. Measured on an H200 (`finegemm bench`, C = D, two rounds, us, without -> with):
+/// GEMMs that reduce into D (D += A x B^T, kOutF32AddToD: dense and K-grouped ones) prefetch D's tile into the L2 as
+/// A's issuer issues the tile's last K block (KernelConfig::d_prefetch_lead = 1), about a stage ring's K blocks before
+/// the epilogue reduces into it. Measured on an H200 (`finegemm bench`, C = D, two rounds, us, without -> with):
 /// 2112x4096x7168 140.5, 140.2 -> 138.2, 138.5; 576x4096x7168 39.4, 39.3 -> 38.3, 38.2; 24576x4096x1536 373.1, 373.1 ->
 /// 366.7, 366.3; 4096x4096x7168 252.8, 252.9 -> 250.1, 250.2; 7168x4096x2048 149.3, 150.1 -> 142.6, 143.0;
 /// 7168x4096x16384 947.9, 947.2 -> 951.0, 949.5 (the one slower). Six K blocks ahead instead gained less
@@ -652,8 +652,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
   chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(p, chosen)
                                             : b_pairs_pay(p, chosen);
   chosen.pdl_prefetch_b_blocks = pdl_prefetch_b_blocks_for(p, chosen);
-  chosen.d_prefetch_lead =
-      (p.kind == GemmKind::kNormal || p.kind == GemmKind::kGroupedK) && chosen.output == device::kOutF32AddToD ? 1 : 0;
+  chosen.d_prefetch_lead = chosen.output == device::kOutF32AddToD ? 1 : 0;
   return chosen;
 }
 

@@ -193,10 +193,9 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
         ptx::tma_load_2d(&args.tma_sb, full, smem.sb + pipe.stage * Cfg::kSbFloatsPerStage,
                          int32_t(tile.n_block * Cfg::BLOCK_N),
                          (Cfg::kRuntimeK ? tile.k_block0 : tile.group * int32_t(Cfg::kNumKBlocks)) + int32_t(kb));
-      // D += A x B^T (dense or K-grouped): D's tile into the L2 a few K blocks before the tile ends (GemmArgs::
-      // d_prefetch_lead), so that the epilogue's reductions find its lines there instead of reading them from DRAM
-      // first.
-      if constexpr (Cfg::kAddToD && (Cfg::kGemmKind == GemmKind::kNormal || Cfg::kRuntimeK)) {
+      // D += A x B^T: D's tile into the L2 a few K blocks before the tile ends (GemmArgs::d_prefetch_lead), so that
+      // the epilogue's reductions find its lines there instead of reading them from DRAM first.
+      if constexpr (Cfg::kAddToD) {
         if (args.d_prefetch_lead != 0 && kb + args.d_prefetch_lead == kb_end) prefetch_d_tile<Cfg>(args, tile);
       }
       pipe.advance();
