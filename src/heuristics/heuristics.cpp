@@ -31,7 +31,9 @@ constexpr int kMinStagesCAhead = 4;
 constexpr double kCAheadMinBytesOverMath = 3.0;
 constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile reads all of A for 8 columns
 // BLOCK_N steps by 16: the epilogue's stmatrix x4 covers 16 columns. (Odd multiples of 8, which fill more SMs on some
-// shapes, measured slower than the multiples of 16 on an H100, even where they filled more SMs.)
+// shapes, measured slower than the multiples of 16 on an H100, even where they filled more SMs; on an H200 the weight
+// gradient's 128x136 and 128x152 tiles, DeepGEMM's picks there, ran 6-10% slower than 128x144 and 128x160 with their
+// fp32 tiles stored in unswizzled halves: docs/performance.md, "What was tried".)
 constexpr int kBlockNStep = 16;
 // Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
 // to H100 runs of BLOCK_N 96..192.
