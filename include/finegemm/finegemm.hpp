@@ -96,8 +96,9 @@ void gemm_fp8_fp8_bf16_nt(const TensorView& a, const TensorView& sa, const Tenso
 /// where both operands are activations or gradients quantized along the token dimension, the K of this GEMM).
 /// `a`, `sa`: as for gemm_fp8_fp8_bf16_nt. `b`: fp8 [N, K] row-major. `sb`: fp32, one of
 ///   * [NB, KB] row-major: one scale per 128x128 block of B;
-///   * [N, KB] MN-major and TMA-aligned, strides {1, N_pad} with N_pad = get_tma_aligned_size(N, 4) (N % 8 == 0 makes
-///     N_pad = N): one scale per row of B per 128-wide K block (what per_token_cast_to_fp8 writes with MN-major scales).
+///   * [N, KB] MN-major and TMA-aligned, strides {1, N_pad} with N_pad = get_tma_aligned_size(N, 4) (N % 8 == 0
+///     makes N_pad = N): one scale per row of B per 128-wide K block (what per_token_cast_to_fp8 writes with MN-major
+///     scales).
 ///   The shape tells them apart (N > NB for every valid N).
 /// `d`: bf16 or fp32 [M, N], N-contiguous, row stride a multiple of 16 bytes. `c`: nullopt, or fp32 [M, N] with the
 /// same rules (it may be `d` itself, then with d's strides, or a tensor that does not overlap d): D = C + A x B^T with
@@ -158,13 +159,14 @@ void m_grouped_gemm_fp8_fp8_bf16_nt_masked(const TensorView& a, const TensorView
 /// K_g tokens, D[g] (fp32 [M, N]) = C[g] + A_g x B_g^T, where A_g is fp8 [M, K_g] and B_g fp8 [N, K_g], both K-major
 /// and scaled per 1x128 block along K (the tokens). The experts' blocks lie back to back:
 /// `a`: fp8 [sum_g M * K_g], flat: A_g's [M, K_g] row-major block starts at element M * (K_0 + ... + K_{g-1}).
-/// `sa`: fp32 [M, sum_g K_g / 128] MN-major, strides {1, M}: expert g's K blocks from column (K_0 + ... + K_{g-1}) / 128.
-/// `b`, `sb`: likewise with N. `d`: fp32 [G, M, N], contiguous. `ks`: the K_g on the host (each a multiple of 128, 0 for
-/// an expert without tokens; their sum the K extent of `a` and `b`); `ks_device`: int32 [G] on the device with the same
-/// values, the ones the kernel reads (they may change between CUDA-graph replays, keeping the sum; a K_g that is
-/// negative, not a multiple of 128 or reaching past the sum leaves D[g] as it is and raises
-/// kDeviceErrorGroupKInvalid). `accumulate`: true, D += A_g x B_g^T (C is D; an empty expert's D[g] is untouched);
-/// false, D[g] = A_g x B_g^T (D is zeroed first by a memset on `stream`, so an empty expert's D[g] is zero).
+/// `sa`: fp32 [M, sum_g K_g / 128] MN-major, strides {1, M}: expert g's K blocks from column
+/// (K_0 + ... + K_{g-1}) / 128. `b`, `sb`: likewise with N. `d`: fp32 [G, M, N], contiguous. `ks`: the K_g on the host
+/// (each a multiple of 128, 0 for an expert without tokens; their sum the K extent of `a` and `b`); `ks_device`: int32
+/// [G] on the device with the same values, the ones the kernel reads (they may change between CUDA-graph replays,
+/// keeping the sum; a K_g that is negative, not a multiple of 128 or reaching past the sum leaves D[g] as it is and
+/// raises kDeviceErrorGroupKInvalid). `accumulate`: true, D += A_g x B_g^T (C is D; an empty expert's D[g] is
+/// untouched); false, D[g] = A_g x B_g^T (D is zeroed first by a memset on `stream`, so an empty expert's D[g] is
+/// zero).
 /// M % 8 == 0 and N % 8 == 0 (16-byte TMA strides of D and the scales); M, N >= 1. `workspace`: device memory of at
 /// least k_grouped_workspace_bytes() bytes, 128-byte aligned, where the kernel writes each CTA's per-expert TMA
 /// descriptors; nullopt uses one buffer per device kept by finegemm, so calls without a workspace must not run

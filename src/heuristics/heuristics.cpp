@@ -127,12 +127,13 @@ int tiled_groups(const Problem& p) {
 }
 
 /// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
-/// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3; 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2;
-/// 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1, 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 /
-/// 194.2, 194.3; 4224x7168x2048 (128x192 before) 97.8, 97.4 / 94.7, 94.7; 4157x1000x4096 (128x128 before) 29.0, 29.0
-/// / 29.3, 29.2. A first version had the wide path in every 256x128 kernel and no K limit: the unchanged shapes ran
-/// 0.4-0.6% slower (4096x7168x16384 643.1, 643.9 / 647.4, 647.8), 8300x7168x2048 (no round saved) 0.5% slower, and at
-/// K=1536 4160x24576x1536 took 256x128 tiles over 128x192 ones, 247.8, 248.4 against 237.9, 237.2.
+/// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3;
+/// 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2; 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1,
+/// 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 / 194.2, 194.3; 4224x7168x2048 (128x192 before) 97.8, 97.4 /
+/// 94.7, 94.7; 4157x1000x4096 (128x128 before) 29.0, 29.0 / 29.3, 29.2. A first version had the wide path in every
+/// 256x128 kernel and no K limit: the unchanged shapes ran 0.4-0.6% slower (4096x7168x16384 643.1, 643.9 / 647.4,
+/// 647.8), 8300x7168x2048 (no round saved) 0.5% slower, and at K=1536 4160x24576x1536 took 256x128 tiles over 128x192
+/// ones, 247.8, 248.4 against 237.9, 237.2.
 constexpr int64_t kWideTailMinK = 2048;
 
 /// Whether the kernel of `c` may run a last row block of at most 128 rows as wide tiles (device::gemm_wide_tail): a

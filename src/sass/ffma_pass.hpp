@@ -45,8 +45,8 @@ struct PassReport {
 };
 
 /// The rewritten cubin (byte-identical when no run qualifies). Throws finegemm::Error (kInvalidArgument) for a
-/// truncated / non-ELF / non-sm_90 input or invalid options. Only bit 109 (set: no yield; clear: yield) and the reuse bits 122-124
-/// of the FFMAs of qualifying runs, the last of each run excepted, ever change.
+/// truncated / non-ELF / non-sm_90 input or invalid options. Only bit 109 (set: no yield; clear: yield) and the reuse
+/// bits 122-124 of the FFMAs of qualifying runs, the last of each run excepted, ever change.
 std::vector<char> steady_ffma_pass(const std::vector<char>& cubin, const SteadyPassOptions& options = {},
                                    PassReport* report = nullptr);
 

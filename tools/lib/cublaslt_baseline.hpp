@@ -20,8 +20,9 @@
 //               contiguous, N % 4 == 0: the layout finegemm's 1x128 SB has, MN-major and TMA-aligned)
 //   cuBLAS C = D := our D, CUDA_R_16BF, N x M column-major, ld = N  (== [M, N] row-major); beta = 0, C aliases D
 //               (f32_accumulate: CUDA_R_32F and beta = 1, so D = D + A x B^T in place)
-//   CUBLAS_COMPUTE_32F, scale type CUDA_R_32F, alpha = 1, FAST_ACCUM = 0; first result of cublasLtMatmulAlgoGetHeuristic
-//   with a 64 MiB workspace limit and the minimum-alignment preferences set from the actual pointers.
+//   CUBLAS_COMPUTE_32F, scale type CUDA_R_32F, alpha = 1, FAST_ACCUM = 0; first result of
+//   cublasLtMatmulAlgoGetHeuristic with a 64 MiB workspace limit and the minimum-alignment preferences set from the
+//   actual pointers.
 //
 // Measured on an H100 (cuBLASLt 13.1, driver 580): with KB % 4 != 0 (K = 576, 640, ...) cuBLASLt reads the weight
 // scales with a row pitch of align(KB, 4) floats; passing the dense [NB][KB] tensor gives wrong results and reads
@@ -86,11 +87,11 @@ class CublasLtBlockFp8 {
   /// Creates a cuBLASLt handle, the descriptors, queries the heuristic and allocates the chosen algorithm's
   /// workspace (on the current device; use the object on that device). Launches GPU work only for the SB repack
   /// (KB % 4 != 0), on the legacy default stream, synchronously: write sb on a blocking stream or synchronize
-  /// before constructing. If the problem cannot run (M % 4 != 0, a zero dimension, a misaligned scale pointer, cuBLASLt older than 12.9, or cuBLASLt rejecting the configuration: a status
-  /// other than SUCCESS from a scale-mode attribute or from the heuristic, or no heuristic result), the object is
-  /// built with supported() == false and reason() says why. Null data pointers or negative dimensions throw
-  /// std::invalid_argument; failing to create the handle/descriptors or to allocate the workspace throws
-  /// std::runtime_error.
+  /// before constructing. If the problem cannot run (M % 4 != 0, a zero dimension, a misaligned scale pointer, cuBLASLt
+  /// older than 12.9, or cuBLASLt rejecting the configuration: a status other than SUCCESS from a scale-mode attribute
+  /// or from the heuristic, or no heuristic result), the object is built with supported() == false and reason() says
+  /// why. Null data pointers or negative dimensions throw std::invalid_argument; failing to create the
+  /// handle/descriptors or to allocate the workspace throws std::runtime_error.
   CublasLtBlockFp8(int64_t m, int64_t n, int64_t k, const void* a, const float* sa, const void* b, const float* sb,
                    void* d, Mode mode = Mode{});
   ~CublasLtBlockFp8();

@@ -81,12 +81,12 @@ struct TileScheduler {
   static constexpr bool kWalksGroups = kKind == GemmKind::kGroupedMasked ||
                                        kKind == GemmKind::kGroupedContiguousPsum || kKind == GemmKind::kGroupedK;
 
-  /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at `row_base`):
-  /// its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its second half
-  /// (rows clamped to M_sum; -1 past it). Their addresses follow from the block alone, so the loads are in flight
-  /// together: one global-memory round trip per candidate. (Loading the next candidate's entries during the current
-  /// tile measured 1.4-3.6% slower on an H100: ptxas moves them to uniform registers right after the loads and waits
-  /// there.)
+  /// Contiguous layout: the m_indices entries that decide a candidate tile (of the 256- or 128-row block at
+  /// `row_base`): its first row, the last row of its first half and, for 256-row blocks, the first and last rows of its
+  /// second half (rows clamped to M_sum; -1 past it). Their addresses follow from the block alone, so the loads are in
+  /// flight together: one global-memory round trip per candidate. (Loading the next candidate's entries during the
+  /// current tile measured 1.4-3.6% slower on an H100: ptxas moves them to uniform registers right after the loads and
+  /// waits there.)
   struct Probe {
     int32_t first = -1, first_last = -1, second = -1, second_last = -1;
   };

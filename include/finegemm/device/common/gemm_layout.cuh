@@ -238,8 +238,8 @@ FG_HOST_DEVICE constexpr bool gemm_has_short_last_block(Int rows, Int block_m) {
 }
 
 /// Whether a group of `rows` rows ends in a row block of at most half a tile (a group of so few rows is that block
-/// alone): the block that masked and psum kernels with a wide tail run as wide tiles. (Any signed integer type: the scheduler's
-/// walk does this in 32 bits.)
+/// alone): the block that masked and psum kernels with a wide tail run as wide tiles. (Any signed integer type: the
+/// scheduler's walk does this in 32 bits.)
 template <class Int>
 FG_HOST_DEVICE constexpr bool gemm_has_half_last_block(Int rows, Int block_m) {
   return rows % block_m != 0 && rows % block_m <= block_m / 2;
