@@ -202,7 +202,11 @@ void encode_inputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs&
                        std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2), "cuTensorMapEncodeTiled(A, half box)");
   encode_fp8_operand(args.tma_b, c.b, uint64_t(c.k), uint64_t(c.n * c.num_groups), uint64_t(c.k),
                      uint32_t(cfg.block_n), "cuTensorMapEncodeTiled(B)");
-  if (!c.sa_k_major) {
+  if (cfg.sa_mode == device::kSaMnMajorOnce) {
+    // MN-major SA of at most 4 rows, loaded once: [KB, rows] with row stride ld_sa, one box of 4 rows x KB.
+    encode_2d(args.tma_sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(c.a_rows), kb, uint64_t(c.ld_sa) * 4,
+              device::kSaOnceMaxRows, uint32_t(kb), CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, once)");
+  } else if (!c.sa_k_major) {
     // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
     const bool masked = c.kind == GemmKind::kGroupedMasked;
     encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(masked ? c.rows : c.a_rows),

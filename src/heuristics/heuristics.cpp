@@ -105,6 +105,15 @@ constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
+// MN-major SA of at most 4 rows is loaded once per CTA (device::kSaMnMajorOnce) from this many K blocks on, in 64-row
+// tiles without split-K. A box per stage reads rows 16 bytes apart there, which made such calls slower than those of
+// 5-8 rows. Measured on an H200 (`finegemm bench`, two rounds, us, a box per stage -> once): 4096x7168 (64x32 tiles)
+// M=1 13.02, 13.09 -> 12.16, 12.13; M=2 15.01, 14.98 -> 12.16, 12.16; M=3 14.37, 14.30 -> 13.02, 13.10; M=4 14.16,
+// 14.22 -> 13.20, 13.18 (M=5 and 8: 11.6 either way); the weight gradient 2x4096x7168 16.83, 16.82 -> 14.64, 14.59;
+// decode chains (`bench --chain`, PDL on, us per layer) 4096x7168 M=1 15.18 -> 12.81, M=4 15.07 -> 12.08, 7168x16384
+// M=1 35.70 -> 33.97. Slower where a box per stage stays: 2112x7168 with split-K M=1 8.98, 9.02 -> 9.66, 9.66 (M=2
+// 10.03 -> 9.28), 7168x2048 (16 K blocks) M=1-4 7.62-7.65 -> 7.79-7.95, 32768x512 8.46-8.56 -> 8.54-8.66.
+constexpr int64_t kSaOnceMinKBlocks = 32;
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
 int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
@@ -244,7 +253,11 @@ std::string KernelConfig::describe() const {
   std::ostringstream os;
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages
      << (split_k > 1 ? " split-K=" + std::to_string(split_k) : std::string())
-     << " sa=" << (sa_mode == device::kSaMnMajor ? "mn" : sa_mode == device::kSaKMajorTma ? "k" : "k-gather")
+     << " sa="
+     << (sa_mode == device::kSaMnMajor       ? "mn"
+         : sa_mode == device::kSaMnMajorOnce ? "mn-once"
+         : sa_mode == device::kSaKMajorTma   ? "k"
+                                             : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
      << (d_evict_first ? " D:evict-first" : "") << (d_prefetch_lead > 0 ? " D:L2-prefetch" : "")
      << (wide_tail ? " wide-tail" : "")
@@ -310,7 +323,15 @@ ConfigConstraints parse_constraints(const std::string& text) {
 }
 
 uint32_t sa_mode_for(const Problem& p) {
-  if (!p.sa_k_major) return device::kSaMnMajor;
+  if (!p.sa_k_major) {
+    // MN-major SA of dense calls of at most 4 rows and at least kSaOnceMinKBlocks K blocks goes in one box for all K
+    // blocks (in 64-row tiles without split-K; the others keep a box per stage: enumerate_candidates).
+    const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
+    return p.kind == GemmKind::kNormal && p.m <= device::kSaOnceMaxRows && kb >= kSaOnceMinKBlocks &&
+                   kb <= device::kSaOnceMaxKBlocks
+               ? device::kSaMnMajorOnce
+               : device::kSaMnMajor;
+  }
   // Measured on an H100 (gather -> TMA boxes, us): faster with many rows and long
   // K (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
   // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
@@ -335,7 +356,7 @@ bool c_and_d_outweigh_math(const Problem& p, const HardwareModel& hw, int num_sm
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const ConfigConstraints& constraints,
                                             const HardwareModel& hw) {
   std::vector<Candidate> out;
-  const uint32_t sa_mode = sa_mode_for(p);
+  const uint32_t problem_sa_mode = sa_mode_for(p);
   const uint32_t sb_mode = p.sb_per_row ? device::kSbRowMnMajor : device::kSbBlock;
   // The problem's output and, for a dense GEMM with C (D itself or another tensor), C's tiles loaded a tile ahead
   // into two shared tiles: where C and D outweigh the math, their reads and writes then stream under the K loops.
@@ -349,6 +370,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
     for (int block_m : {64, 128, 256}) {
       for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
         for (int split : {1, 2}) {
+          // SA loaded once: 64-row tiles without split-K only (the others take a box per stage).
+          const uint32_t sa_mode = problem_sa_mode == device::kSaMnMajorOnce && (block_m != 64 || split != 1)
+                                       ? device::kSaMnMajor
+                                       : problem_sa_mode;
           Candidate cand;
           KernelConfig& c = cand.config;
           c.kind = p.kind;

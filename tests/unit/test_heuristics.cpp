@@ -526,6 +526,43 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
   EXPECT_NE(c.describe().find("sa=k "), std::string::npos) << c.describe();
 }
 
+// MN-major SA of dense calls of at most 4 rows is loaded once per CTA where that measured faster: at least 32 K blocks
+// (one box holds up to 256), 64-row tiles without split-K. The smem footprint and the kernel follow the mode.
+TEST(Heuristics, ScalesOfAtMostFourRowsLoadedOnceWhereMeasuredFaster) {
+  namespace dev = finegemm::device;
+  auto mode = [](int64_t m, int64_t k, bool k_major = false, GemmKind kind = GemmKind::kNormal) {
+    Problem p = dense(m, 4096, k);
+    p.kind = kind;
+    p.sa_k_major = k_major;
+    return fh::sa_mode_for(p);
+  };
+  for (int64_t m = 1; m <= 4; ++m) EXPECT_EQ(mode(m, 7168), dev::kSaMnMajorOnce) << m;
+  EXPECT_EQ(mode(5, 7168), dev::kSaMnMajor);
+  EXPECT_EQ(mode(2, 16384), dev::kSaMnMajorOnce);  // KB 128
+  EXPECT_EQ(mode(2, 4096), dev::kSaMnMajorOnce);   // KB 32
+  EXPECT_EQ(mode(2, 3968), dev::kSaMnMajor);       // KB 31
+  EXPECT_EQ(mode(2, 2048), dev::kSaMnMajor);       // KB 16
+  EXPECT_EQ(mode(2, 32768), dev::kSaMnMajorOnce);  // KB 256: one box
+  EXPECT_EQ(mode(2, 32896), dev::kSaMnMajor);      // KB 257
+  EXPECT_EQ(mode(2, 7168, true), dev::kSaKMajorGather);
+  EXPECT_EQ(mode(2, 7168, false, GemmKind::kGroupedMasked), dev::kSaMnMajor);
+
+  const auto c = fh::select_config(dense(1, 4096, 7168), 132);
+  EXPECT_EQ(c.sa_mode, dev::kSaMnMajorOnce);
+  EXPECT_EQ(c.block_m, 64);
+  EXPECT_EQ(c.split_k, 1);
+  EXPECT_EQ(uint32_t(c.smem_bytes), dev::gemm_smem_launch_bytes(64, uint32_t(c.block_n), uint32_t(c.num_stages), 7168,
+                                                                1, dev::kSaMnMajorOnce));
+  EXPECT_LT(dev::gemm_smem_launch_bytes(64, 32, 18, 7168, 1, dev::kSaMnMajorOnce),
+            dev::gemm_smem_launch_bytes(64, 32, 18, 7168, 1, dev::kSaMnMajor));  // 56 K blocks of 16 bytes, not 18x256
+  EXPECT_NE(c.kernel_function().find(", 3u, 1u, false>"), std::string::npos) << c.kernel_function();
+  EXPECT_NE(c.describe().find("sa=mn-once "), std::string::npos) << c.describe();
+  // Split-K tiles (N = 2112) keep a box per stage.
+  const auto s = fh::select_config(dense(2, 2112, 7168), 132);
+  EXPECT_EQ(s.split_k, 2);
+  EXPECT_EQ(s.sa_mode, dev::kSaMnMajor);
+}
+
 TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
   // 4096x4096x7168: 512 tiles of 256x128 run in 4 waves on 132 SMs; 128 CTAs run them in 4 as well (as DeepGEMM
   // sizes its grid). Grouped layouts keep every SM.

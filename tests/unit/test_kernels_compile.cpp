@@ -577,6 +577,38 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   });
 }
 
+// Decode calls of 1 to 4 tokens load every K block's row scales once per CTA (kSaMnMajorOnce) where the heuristic
+// picks it: the kernels of the seed's (N, K) pairs and of the weight gradient compile without spills, and read SA's
+// box with the other TMA loads.
+TEST(KernelsCompile, DecodeKernelsWithScalesLoadedOnceCompileWithoutSpills) {
+  std::set<std::string> functions;
+  const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
+  for (const auto& s : nk) {
+    for (int64_t m = 1; m <= 4; ++m) {
+      Problem q;
+      q.m = m;
+      q.n = s[0];
+      q.k = s[1];
+      const auto c = finegemm::heuristics::select_config(q, 132);
+      if (c.sa_mode == finegemm::device::kSaMnMajorOnce) functions.insert(c.kernel_function());
+      q.sb_per_row = true;  // the weight gradient's: fp32 D += A x B^T
+      q.d_dtype = finegemm::DType::kFloat32;
+      q.accumulate = q.c_is_d = true;
+      const auto w = finegemm::heuristics::select_config(q, 132);
+      if (w.sa_mode == finegemm::device::kSaMnMajorOnce) functions.insert(w.kernel_function());
+    }
+  }
+  std::vector<std::string> names(functions.begin(), functions.end());
+  EXPECT_GE(names.size(), 3u) << "4096x7168, 7168x16384 and the weight gradient's kernels load SA once";
+  compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
+    EXPECT_NE(names[i].find("u, 64u, "), std::string::npos) << names[i] << ": 64-row tiles";
+    EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
+    EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
+    EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
+    EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
+  });
+}
+
 // The K-grouped weight gradient (K read per group on the device): the kernels the heuristic picks for DeepSeek-V3's
 // expert shapes compile without spills, load through per-group descriptors rewritten in global memory (tensormap
 // stores, then the acquire fence's descriptor-cache invalidation UTMACCTL.IV) and reduce D by TMA.

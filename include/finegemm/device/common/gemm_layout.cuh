@@ -27,7 +27,21 @@ enum GemmSaMode : uint32_t {
   /// K-major with a row stride of a multiple of 4 floats: one TMA box of 4 K blocks x BLOCK_M rows per stage (the
   /// smallest box TMA takes, 16 bytes a row), of which the stage uses the first column.
   kSaKMajorTma = 2,
+  /// MN-major with at most kSaOnceMaxRows rows (decode calls of 1 to 4 tokens): every K block's row scales in one
+  /// TMA box of (kSaOnceMaxRows, KB) loaded once per CTA, the same for all its tiles, instead of a box per stage (whose
+  /// rows, 16 bytes apart, measured slow: heuristics' sa_mode_for).
+  kSaMnMajorOnce = 3,
 };
+
+/// kSaMnMajorOnce: rows of SA it takes (a K block's scales fill one 16-byte row of the box) and the K blocks one box
+/// holds (a TMA box dimension is at most 256).
+inline constexpr uint32_t kSaOnceMaxRows = 4;
+inline constexpr uint32_t kSaOnceMaxKBlocks = 256;
+
+/// kSaMnMajorOnce: bytes of the shared SA of a K extent `k` (one box of kSaOnceMaxRows floats per K block).
+FG_HOST_DEVICE constexpr uint32_t gemm_sa_once_bytes(uint32_t k) {
+  return align_up(ceil_div(k, kBlockK) * kSaOnceMaxRows * 4u, 128u);
+}
 
 /// B's scales (a kernel template parameter).
 enum GemmSbMode : uint32_t {
@@ -100,18 +114,23 @@ struct GemmSmemLayout {
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
-  static constexpr uint32_t kSaBytesPerStage = align_up(BLOCK_M * kSaRowFloats * 4u, 128u);  // (BLOCK_M, 1 or 4) fp32
+  static constexpr bool kSaOnce = kSaMode == kSaMnMajorOnce;
+  // (BLOCK_M, 1 or 4) fp32 per stage; SA loaded once: none per stage, (KB, kSaOnceMaxRows) fp32 for the whole call
+  static constexpr uint32_t kSaBytesPerStage = kSaOnce ? 0u : align_up(BLOCK_M * kSaRowFloats * 4u, 128u);
+  static constexpr uint32_t kSaOnceBytes = kSaOnce ? gemm_sa_once_bytes(K) : 0u;
   // (2) fp32, or (BLOCK_N) fp32 for 1x128 scales of B
   static constexpr uint32_t kSbBytesPerStage = kSbMode == kSbBlock ? 8u : align_up(BLOCK_N * 4u, 128u);
   static constexpr uint32_t kOffsetD = 0;
   static constexpr uint32_t kOffsetA = kOffsetD + kDBytes;
   static constexpr uint32_t kOffsetB = kOffsetA + kNumStages * kABytesPerStage;
   static constexpr uint32_t kOffsetSa = kOffsetB + kNumStages * kBBytesPerStage;
-  static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage;
+  static constexpr uint32_t kOffsetSb = kOffsetSa + kNumStages * kSaBytesPerStage + kSaOnceBytes;
   static constexpr uint32_t kOffsetBarriers = kOffsetSb + align_up(kNumStages * kSbBytesPerStage, 16u);
-  // full + empty per stage; split-K: the partial-sum exchange's full + empty; C loaded: each shared tile's full + empty
+  // full + empty per stage; split-K: the partial-sum exchange's full + empty; C loaded: each shared tile's full and
+  // empty; SA loaded once: its full barrier, last
   static constexpr uint32_t kBarrierBytes =
-      (2 * kNumStages + (kSplitK > 1 ? 2 : 0) + (gemm_loads_c(kOutput) ? 2 * kNumDTiles : 0)) * 8;
+      (2 * kNumStages + (kSplitK > 1 ? 2 : 0) + (gemm_loads_c(kOutput) ? 2 * kNumDTiles : 0) + (kSaOnce ? 1 : 0)) * 8;
+  static constexpr uint32_t kOffsetSaFull = kOffsetBarriers + kBarrierBytes - 8;
   // Split-K: the (BLOCK_M, BLOCK_N) fp32 partial sums the second CTA of the cluster sends the first
   static constexpr uint32_t kOffsetExchange = align_up(kOffsetBarriers + kBarrierBytes, 16u);
   static constexpr uint32_t kExchangeBytes = kSplitK > 1 ? BLOCK_M * BLOCK_N * 4u : 0u;
@@ -125,17 +144,20 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
                                                          uint32_t k, uint32_t split_k = 1,
                                                          uint32_t sa_mode = kSaMnMajor, uint32_t sb_mode = kSbBlock,
                                                          uint32_t output = kOutBf16) {
-  (void)k;
   const uint32_t d_bytes =
       gemm_num_d_tiles(output) * gemm_store_buffers(block_n, output) *
       align_up(block_m * gemm_store_cols(block_n, output) * gemm_out_bytes(output), 1024u);
-  const uint32_t stage_bytes =
-      block_m * kBlockK + block_n * kBlockK + align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u);
+  const bool sa_once = sa_mode == kSaMnMajorOnce;
+  const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK +
+                               (sa_once ? 0u : align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u));
+  const uint32_t sa_once_bytes = sa_once ? gemm_sa_once_bytes(k) : 0u;
   const uint32_t sb_bytes = align_up(num_stages * (sb_mode == kSbBlock ? 8u : align_up(block_n * 4u, 128u)), 16u);
-  const uint32_t barrier_bytes =
-      (2 * num_stages + (split_k > 1 ? 2 : 0) + (gemm_loads_c(output) ? 2 * gemm_num_d_tiles(output) : 0)) * 8;
+  const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0) +
+                                  (gemm_loads_c(output) ? 2 * gemm_num_d_tiles(output) : 0) + (sa_once ? 1 : 0)) *
+                                 8;
   const uint32_t exchange_bytes = split_k > 1 ? block_m * block_n * 4u : 0u;
-  return align_up(d_bytes + num_stages * stage_bytes + sb_bytes + barrier_bytes, 16u) + exchange_bytes + 1024;
+  return align_up(d_bytes + num_stages * stage_bytes + sa_once_bytes + sb_bytes + barrier_bytes, 16u) +
+         exchange_bytes + 1024;
 }
 
 /// Epilogue slabs: the output tile is stored as BLOCK_N / slab_cols slabs with the widest TMA swizzle that divides its

@@ -27,6 +27,7 @@ struct GemmSmem {
   float* exchange;            // split-K: (BLOCK_M, BLOCK_N) fp32
   uint64_t* c_full;           // C loaded (Cfg::kAddC): (kNumDTiles) C's tile arrived in shared tile i
   uint64_t* c_empty;          // C loaded: (kNumDTiles) the math warpgroups' stores are done reading shared tile i
+  uint64_t* sa_full;          // SA loaded once (kSaMnMajorOnce): every K block's row scales arrived in `sa`
 };
 
 /// Which shared output tile, and which phase of its barriers, the n-th tile a CTA walks uses where C is loaded: the
@@ -139,8 +140,8 @@ struct GroupedKMaps {
   }
 };
 
-/// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box. `kb_begin`: the first of the K
-/// blocks this CTA computes of each tile (split-K).
+/// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box (or, loaded once, all of SA first).
+/// `kb_begin`: the first of the K blocks this CTA computes of each tile (split-K).
 template <class Cfg>
 FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typename Cfg::Scheduler& scheduler,
                              uint32_t kb_begin) {
@@ -149,6 +150,11 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   Tile tile;
   CTileTurn<Cfg> c_turn;
   GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4, &args.tma_a, args.a_base, uint32_t(args.num_rows)};
+  if constexpr (Cfg::kSaOnce) {
+    // The call's (at most kSaOnceMaxRows) rows' scales of every K block, once: the same for all of this CTA's tiles.
+    ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes);
+    ptx::tma_load_2d(&args.tma_sa, smem.sa_full, smem.sa, 0, 0);
+  }
   while (scheduler.next(tile)) {
     if constexpr (Cfg::kAddC) {
       load_c_tile<Cfg>(args, smem, tile, c_turn);

@@ -63,6 +63,9 @@ struct GemmTraits {
   static constexpr bool kSaGather = kSaMode == kSaKMajorGather;
   static constexpr uint32_t kSaRowFloats = Layout::kSaRowFloats;
   static constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
+  /// SA loaded once per CTA (kSaMnMajorOnce): the bytes of its one box, kSaOnceMaxRows floats per K block.
+  static constexpr bool kSaOnce = Layout::kSaOnce;
+  static constexpr uint32_t kSaOnceTxBytes = Layout::kNumKBlocks * kSaOnceMaxRows * 4;
   /// 1x128 scales of B: one per output column per K block, read by each math thread for its columns.
   static constexpr bool kSbPerColumn = kSbMode == kSbRowMnMajor;
   static constexpr uint32_t kSbFloatsPerStage = Layout::kSbBytesPerStage / 4;
@@ -77,8 +80,9 @@ struct GemmTraits {
   static constexpr uint32_t kMaxScaleVariants = 5;
 
   // ---- Stages and their handshakes ----------------------------------------------------------------------------
-  /// A stage's bytes from A's issuer: A's tile and, by TMA, SA's (and 1x128 SB's).
-  static constexpr uint32_t kABytes = Layout::kABytesPerStage + (kSaGather ? 0 : BLOCK_M * kSaRowFloats * 4) +
+  /// A stage's bytes from A's issuer: A's tile and, by TMA, SA's (unless loaded once) and 1x128 SB's.
+  static constexpr uint32_t kABytes = Layout::kABytesPerStage +
+                                      (kSaGather || kSaOnce ? 0 : BLOCK_M * kSaRowFloats * 4) +
                                       (kSbPerColumn ? BLOCK_N * 4 : 0);
   static constexpr uint32_t kBBytes = Layout::kBBytesPerStage;
   /// Tiles of at most 128 rows load A through a box of 128 rows (gemm_has_a_half_box; dense: the wide tail's).

@@ -48,7 +48,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(kSplitK == 1 || (kSplitK == 2 && kKind == int(GemmKind::kNormal)),
                 "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
-  static_assert(kSaMode <= kSaKMajorTma, "SA read as GemmSaMode says");
+  static_assert(kSaMode <= kSaMnMajorOnce, "SA read as GemmSaMode says");
+  static_assert(kSaMode != kSaMnMajorOnce || (kKind == int(GemmKind::kNormal) && BLOCK_M == 64 &&
+                                              ceil_div(K, kBlockK) <= kSaOnceMaxKBlocks),
+                "SA loaded once: dense 64-row tiles (the call's rows are the tile's first), one box of K blocks");
   static_assert(!kWideTail || gemm_wide_tail(GemmKind(kKind), BLOCK_M, BLOCK_N, kSplitK, kSaMode),
                 "wide tails: dense, masked and psum 256x128 kernels as gemm_wide_tail says");
   static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddCAhead, "B's scales and the output as GemmSbMode "
@@ -95,6 +98,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   smem.c_full = smem.empty_barriers + kNumStages + (kSplitK > 1 ? 2 : 0);             // C loaded: (kNumDTiles)
   smem.c_empty = smem.c_full + Cfg::kNumDTiles;                                       // C loaded: (kNumDTiles)
   smem.exchange = reinterpret_cast<float*>(base + Layout::kOffsetExchange);  // split-K: (BLOCK_M, BLOCK_N) fp32
+  smem.sa_full = reinterpret_cast<uint64_t*>(base + Layout::kOffsetSaFull);  // SA loaded once
 
   // The math warps' tiles, walked for them by the producer's fourth warp (publish_tiles): two slots of a tile's
   // fields and a flag (0: none left), each with a full and an empty barrier. The math then starts a tile with a shared
@@ -134,6 +138,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       ptx::mbarrier_init(smem.exchange_empty, 1);  // CTA 0's thread 0, once all its math threads read the sums
     }
     if constexpr (kTileRing) init_tile_ring(tile_ring, kNumMathThreads);
+    if constexpr (Cfg::kSaOnce) ptx::mbarrier_init(smem.sa_full, 1);  // A's issuer's expect_tx; SA's bytes complete it
     if constexpr (Cfg::kAddC) {
       for (uint32_t i = 0; i < Cfg::kNumDTiles; ++i) {
         ptx::mbarrier_init(smem.c_full + i, 1);  // A's issuer's expect_tx; C's TMA bytes complete it
@@ -196,6 +201,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t warp_in_wg = warp_idx % 4;
     const uint32_t wg_barrier = static_cast<uint32_t>(NamedBarrier::kMathWarpgroup0) + math_wg;
     MathWarpgroup<Cfg> math(smem, math_wg, warp_in_wg, lane_idx);
+    if constexpr (Cfg::kSaOnce) ptx::mbarrier_wait(smem.sa_full, 0);  // SA loaded once, before the first tile
     math.start_turns();
     SplitKExchange<Cfg> exchange{smem};
     TileSubscriber tiles{tile_ring};
