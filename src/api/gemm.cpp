@@ -116,10 +116,11 @@ void encode_fp8_operand(device::TmaDescriptor& map, const void* base, uint64_t k
             CU_TENSOR_MAP_SWIZZLE_128B, what);
 }
 
-/// MN-major fp32 scales as [K blocks, MN] with `ld` floats between K blocks: a box of one K block's `box_mn` scales.
+/// MN-major fp32 scales as [K blocks, MN] with `ld` floats between K blocks: a box of `box_mn` scales of one K block
+/// (or of `box_k_blocks`).
 void encode_mn_major_scales(device::TmaDescriptor& map, const void* base, uint64_t mn, uint64_t k_blocks, int64_t ld,
-                            uint32_t box_mn, const char* what) {
-  encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, mn, k_blocks, uint64_t(ld) * 4, box_mn, 1,
+                            uint32_t box_mn, const char* what, uint32_t box_k_blocks = 1) {
+  encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, mn, k_blocks, uint64_t(ld) * 4, box_mn, box_k_blocks,
             CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
 
@@ -204,8 +205,8 @@ void encode_inputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs&
                      uint32_t(cfg.block_n), "cuTensorMapEncodeTiled(B)");
   if (cfg.sa_mode == device::kSaMnMajorOnce) {
     // MN-major SA of at most 4 rows, loaded once: [KB, rows] with row stride ld_sa, one box of 4 rows x KB.
-    encode_2d(args.tma_sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, uint64_t(c.a_rows), kb, uint64_t(c.ld_sa) * 4,
-              device::kSaOnceMaxRows, uint32_t(kb), CU_TENSOR_MAP_SWIZZLE_NONE, "cuTensorMapEncodeTiled(SA, once)");
+    encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(c.a_rows), kb, c.ld_sa, device::kSaOnceMaxRows,
+                           "cuTensorMapEncodeTiled(SA, once)", uint32_t(kb));
   } else if (!c.sa_k_major) {
     // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
     const bool masked = c.kind == GemmKind::kGroupedMasked;
