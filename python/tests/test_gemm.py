@@ -48,6 +48,25 @@ def test_fast_path_and_descriptor_path_agree_bitwise():
     assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
 
 
+@pytest.mark.parametrize("m", [1, 3, 8, 13])
+@pytest.mark.parametrize("pad", [0, 1, 4])
+def test_gemm_decode_rows_k_major_scales_in_a_wider_buffer(m, pad):
+    """Decode rows with SA K-major in a wider buffer (row stride KB + pad): its scales loaded once per CTA where TMA
+    takes the stride (a multiple of 4 floats), gathered per stage where it does not; both match the reference."""
+    seed = fgtest.seed()
+    n, k = 4096, 7168
+    a, sa = quantized(fgtest.activations(m, k), False)
+    kb = sa.shape[1]
+    sa_wide = torch.full((m, kb + pad), float("nan"), device=sa.device)
+    sa_wide[:, :kb] = sa
+    sa_k_major = sa_wide[:, :kb]
+    b, sb = quantized(fgtest.weights(n, k), True)
+    out = fgtest.poisoned_bf16(m, n)
+    finegemm.gemm_fp8_fp8_bf16_nt((a, sa_k_major), (b, sb), out)
+    ref, abs_sum = fgtest.reference_gemm(a, sa, b, sb)
+    fgtest.check_output(out, ref, abs_sum, f"gemm, K-major SA with row stride KB+{pad}, M={m} (seed {seed})")
+
+
 @pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (129, 576, 576)])
 def test_gemm_k_major_scales_and_strided_output(m, n, k):
     """SA K-major ([M, KB] row-major, as a plain per-token quantizer writes it) and D a column slice of a wider

@@ -205,8 +205,13 @@ void encode_inputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs&
                      uint32_t(cfg.block_n), "cuTensorMapEncodeTiled(B)");
   if (cfg.sa_mode == device::kSaMnMajorOnce) {
     // MN-major SA of at most 4 rows, loaded once: [KB, rows] with row stride ld_sa, one box of 4 rows x KB.
-    encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(c.a_rows), kb, c.ld_sa, device::kSaOnceMaxRows,
+    encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(c.a_rows), kb, c.ld_sa, device::gemm_sa_once_rows(cfg.sa_mode),
                            "cuTensorMapEncodeTiled(SA, once)", uint32_t(kb));
+  } else if (cfg.sa_mode == device::kSaKMajorOnce) {
+    // K-major SA of at most 16 rows, loaded once: [rows, KB] with row stride ld_sa, one box of KB x 16 rows.
+    encode_2d(args.tma_sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.sa, kb, uint64_t(c.a_rows), uint64_t(c.ld_sa) * 4,
+              uint32_t(kb), device::gemm_sa_once_rows(cfg.sa_mode), CU_TENSOR_MAP_SWIZZLE_NONE,
+              "cuTensorMapEncodeTiled(SA, K-major once)");
   } else if (!c.sa_k_major) {
     // MN-major SA: [G * KB, rows per group] with row stride ld_sa (M_pad).
     const bool masked = c.kind == GemmKind::kGroupedMasked;
@@ -314,11 +319,18 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   jit::Runtime& rt = ctx.runtime();
   auto plan = std::make_unique<LaunchPlan>();
   plan->config = heuristics::select_config(problem_of(c), num_sms, ctx.settings().constraints);
+  // K-major SA loaded once goes by TMA too: with a stride or base TMA cannot take, the heuristic's pick with a box of
+  // SA per stage (gathered below), whose shared memory it counts.
+  const bool sa_tma_aligned = c.ld_sa % 4 == 0 && reinterpret_cast<uintptr_t>(c.sa) % 16 == 0;
+  if (plan->config.sa_mode == device::kSaKMajorOnce && !sa_tma_aligned) {
+    heuristics::ConfigConstraints per_stage = ctx.settings().constraints;
+    per_stage.sa_once = 0;
+    plan->config = heuristics::select_config(problem_of(c), num_sms, per_stage);
+  }
   // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
   // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
   // The gathering kernels have no wide tail (device::gemm_wide_tail): their last row block runs as full tiles.
-  if (plan->config.sa_mode == device::kSaKMajorTma &&
-      (c.ld_sa % 4 != 0 || reinterpret_cast<uintptr_t>(c.sa) % 16 != 0)) {
+  if (plan->config.sa_mode == device::kSaKMajorTma && !sa_tma_aligned) {
     plan->config.sa_mode = device::kSaKMajorGather;
     plan->config.wide_tail = false;
   }

@@ -105,14 +105,19 @@ constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
-// MN-major SA of at most 4 rows is loaded once per CTA (device::kSaMnMajorOnce) from this many K blocks on, in 64-row
-// tiles without split-K. A box per stage reads rows 16 bytes apart there, which made such calls slower than those of
-// 5-8 rows. Measured on an H200 (`finegemm bench`, two rounds, us, a box per stage -> once): 4096x7168 (64x32 tiles)
-// M=1 13.02, 13.09 -> 12.16, 12.13; M=2 15.01, 14.98 -> 12.16, 12.16; M=3 14.37, 14.30 -> 13.02, 13.10; M=4 14.16,
-// 14.22 -> 13.20, 13.18 (M=5 and 8: 11.6 either way); the weight gradient 2x4096x7168 16.83, 16.82 -> 14.64, 14.59;
-// decode chains (`bench --chain`, PDL on, us per layer) 4096x7168 M=1 15.18 -> 12.81, M=4 15.07 -> 12.08, 7168x16384
-// M=1 35.70 -> 33.97. Slower where a box per stage stays: 2112x7168 with split-K M=1 8.98, 9.02 -> 9.66, 9.66 (M=2
-// 10.03 -> 9.28), 7168x2048 (16 K blocks) M=1-4 7.62-7.65 -> 7.79-7.95, 32768x512 8.46-8.56 -> 8.54-8.66.
+// MN-major SA of at most 4 rows (K-major: 16) is loaded once per CTA (device::gemm_sa_once) from this many K blocks on,
+// in 64-row tiles without split-K. A box per stage reads rows 16 bytes apart there, which made such calls slower than
+// those of 5-8 rows. Measured on an H200 (`finegemm bench`, two rounds, us, a box per stage -> once): 4096x7168 (64x32
+// tiles) M=1 13.02, 13.09 -> 12.16, 12.13; M=2 15.01, 14.98 -> 12.16, 12.16; M=3 14.37, 14.30 -> 13.02, 13.10; M=4
+// 14.16, 14.22 -> 13.20, 13.18 (M=5 and 8: 11.6 either way); the weight gradient 2x4096x7168 16.83, 16.82 -> 14.64,
+// 14.59; decode chains (`bench --chain`, PDL on, us per layer) 4096x7168 M=1 15.18 -> 12.81, M=4 15.07 -> 12.08,
+// 7168x16384 M=1 35.70 -> 33.97. Slower where a box per stage stays: 2112x7168 with split-K M=1 8.98, 9.02 -> 9.66,
+// 9.66 (M=2 10.03 -> 9.28), 7168x2048 (16 K blocks) M=1-4 7.62-7.65 -> 7.79-7.95, 32768x512 8.46-8.56 -> 8.54-8.66.
+// K-major SA of at most 16 rows (kSaKMajorOnce; its K blocks a multiple of 4), gathered per stage -> once, same run,
+// two rounds, M = 1, 4, 8, 9, 12, 16 (M = 17 keeps the gather: 17.28-17.44 either way): 4096x7168 17.04-17.38 ->
+// 11.58-11.81; 7168x16384 42.45-42.69 -> 33.09-34.94; 4096x6144 15.31-15.49 -> 10.22-10.30; 4096x8192 18.96-19.20 ->
+// 12.59-12.75; the weight gradient 16x4096x7168 16.32, 16.38 -> 14.75, 14.77. 2112x7168, with split-K, keeps the gather
+// (12.14-12.45 us at M = 1, 2, 4, 5, 6, 8, 9, where MN-major SA takes 9.06-10.11 at M = 1, 2, 4).
 constexpr int64_t kSaOnceMinKBlocks = 32;
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
@@ -256,6 +261,7 @@ std::string KernelConfig::describe() const {
      << " sa="
      << (sa_mode == device::kSaMnMajor       ? "mn"
          : sa_mode == device::kSaMnMajorOnce ? "mn-once"
+         : sa_mode == device::kSaKMajorOnce  ? "k-once"
          : sa_mode == device::kSaKMajorTma   ? "k"
                                              : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
@@ -289,7 +295,7 @@ ConfigConstraints parse_constraints(const std::string& text) {
   ConfigConstraints c;
   c.text = text;
   constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead, saonce";
   std::istringstream fields(text);
   for (std::string field; std::getline(fields, field, ',');) {
     const size_t eq = field.find('=');
@@ -304,6 +310,11 @@ ConfigConstraints parse_constraints(const std::string& text) {
     if (name == "bpairs" || name == "cahead") {
       check_arg(value == "0" || value == "1", kWhere, name, " is 0 or 1, got '", value, "'");
       (name == "bpairs" ? c.b_pairs : c.c_ahead) = value == "1" ? 1 : 0;
+      continue;
+    }
+    if (name == "saonce") {
+      check_arg(value == "0", kWhere, "saonce is 0 (SA by a box per stage), got '", value, "'");
+      c.sa_once = 0;
       continue;
     }
     int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages
@@ -322,16 +333,8 @@ ConfigConstraints parse_constraints(const std::string& text) {
   return c;
 }
 
-uint32_t sa_mode_for(const Problem& p) {
-  if (!p.sa_k_major) {
-    // MN-major SA of dense calls of at most 4 rows and at least kSaOnceMinKBlocks K blocks goes in one box for all K
-    // blocks (in 64-row tiles without split-K; the others keep a box per stage: enumerate_candidates).
-    const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
-    return p.kind == GemmKind::kNormal && p.m <= device::kSaOnceMaxRows && kb >= kSaOnceMinKBlocks &&
-                   kb <= device::kSaOnceMaxKBlocks
-               ? device::kSaMnMajorOnce
-               : device::kSaMnMajor;
-  }
+uint32_t sa_mode_per_stage_for(const Problem& p) {
+  if (!p.sa_k_major) return device::kSaMnMajor;
   // Measured on an H100 (gather -> TMA boxes, us): faster with many rows and long
   // K (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
   // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
@@ -340,6 +343,18 @@ uint32_t sa_mode_for(const Problem& p) {
   const int64_t kb = ceil_div(p.k, 128);
   return kb % 4 == 0 && kb >= kSaTmaMinKBlocks && p.m >= kSaTmaMinRows ? device::kSaKMajorTma
                                                                        : device::kSaKMajorGather;
+}
+
+uint32_t sa_mode_for(const Problem& p) {
+  // SA of dense calls of at most 4 (MN-major) or 16 (K-major) rows and at least kSaOnceMinKBlocks K blocks goes in one
+  // box for all K blocks (in 64-row tiles without split-K; the others keep a box per stage: enumerate_candidates).
+  // K-major SA's box row is its K blocks: their count must be a multiple of 4 (16 bytes).
+  const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
+  const uint32_t once_mode = p.sa_k_major ? device::kSaKMajorOnce : device::kSaMnMajorOnce;
+  const bool once = p.kind == GemmKind::kNormal && p.m <= int64_t(device::gemm_sa_once_rows(once_mode)) &&
+                    kb >= kSaOnceMinKBlocks && kb <= device::kSaOnceMaxKBlocks && (!p.sa_k_major || kb % 4 == 0);
+  if (once) return once_mode;
+  return sa_mode_per_stage_for(p);
 }
 
 /// Whether C and D outgrow the L2 and their bytes at the copy bandwidth outweigh the call's tensor work at its peak
@@ -356,7 +371,7 @@ bool c_and_d_outweigh_math(const Problem& p, const HardwareModel& hw, int num_sm
 std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const ConfigConstraints& constraints,
                                             const HardwareModel& hw) {
   std::vector<Candidate> out;
-  const uint32_t problem_sa_mode = sa_mode_for(p);
+  const uint32_t problem_sa_mode = constraints.sa_once == 0 ? sa_mode_per_stage_for(p) : sa_mode_for(p);
   const uint32_t sb_mode = p.sb_per_row ? device::kSbRowMnMajor : device::kSbBlock;
   // The problem's output and, for a dense GEMM with C (D itself or another tensor), C's tiles loaded a tile ahead
   // into two shared tiles: where C and D outweigh the math, their reads and writes then stream under the K loops.
@@ -371,8 +386,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
       for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
         for (int split : {1, 2}) {
           // SA loaded once: 64-row tiles without split-K only (the others take a box per stage).
-          const uint32_t sa_mode = problem_sa_mode == device::kSaMnMajorOnce && (block_m != 64 || split != 1)
-                                       ? device::kSaMnMajor
+          const uint32_t sa_mode = device::gemm_sa_once(problem_sa_mode) && (block_m != 64 || split != 1)
+                                       ? sa_mode_per_stage_for(p)
                                        : problem_sa_mode;
           Candidate cand;
           KernelConfig& c = cand.config;

@@ -206,7 +206,7 @@ TEST_F(Gpu, DenseSeedShapes) {
 
 TEST_F(Gpu, DenseAwkwardShapes) {
   std::vector<ft::ProblemShape> shapes;
-  for (int64_t m : {1, 3, 7, 63, 65, 129, 255, 4097})
+  for (int64_t m : {1, 3, 7, 13, 63, 65, 129, 255, 4097})
     for (int64_t n : {576, 2112, 7232})
       for (int64_t k : {128, 576, 7168}) shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
   precompile(shapes);

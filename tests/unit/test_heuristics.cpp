@@ -528,7 +528,7 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
 
 // MN-major SA of dense calls of at most 4 rows is loaded once per CTA where that measured faster: at least 32 K blocks
 // (one box holds up to 256), 64-row tiles without split-K. The smem footprint and the kernel follow the mode.
-TEST(Heuristics, ScalesOfAtMostFourRowsLoadedOnceWhereMeasuredFaster) {
+TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
   namespace dev = finegemm::device;
   auto mode = [](int64_t m, int64_t k, bool k_major = false, GemmKind kind = GemmKind::kNormal) {
     Problem p = dense(m, 4096, k);
@@ -544,8 +544,18 @@ TEST(Heuristics, ScalesOfAtMostFourRowsLoadedOnceWhereMeasuredFaster) {
   EXPECT_EQ(mode(2, 2048), dev::kSaMnMajor);       // KB 16
   EXPECT_EQ(mode(2, 32768), dev::kSaMnMajorOnce);  // KB 256: one box
   EXPECT_EQ(mode(2, 32896), dev::kSaMnMajor);      // KB 257
-  EXPECT_EQ(mode(2, 7168, true), dev::kSaKMajorGather);
+  EXPECT_EQ(mode(2, 7168, true), dev::kSaKMajorOnce);     // K-major: a box row of 56 K blocks
+  EXPECT_EQ(mode(2, 4224, true), dev::kSaKMajorGather);   // KB 33: not a multiple of 4 (16 bytes)
+  EXPECT_EQ(mode(16, 7168, true), dev::kSaKMajorOnce);    // K-major: up to 16 rows
+  EXPECT_EQ(mode(17, 7168, true), dev::kSaKMajorGather);
   EXPECT_EQ(mode(2, 7168, false, GemmKind::kGroupedMasked), dev::kSaMnMajor);
+  Problem k_major = dense(2, 4096, 7168);
+  k_major.sa_k_major = true;
+  EXPECT_EQ(fh::select_config(k_major, 132).sa_mode, dev::kSaKMajorOnce);
+  fh::ConfigConstraints per_stage;
+  per_stage.sa_once = 0;
+  EXPECT_EQ(fh::select_config(k_major, 132, per_stage).sa_mode, dev::kSaKMajorGather);
+  EXPECT_EQ(fh::parse_constraints("saonce=0").sa_once, 0);
 
   const auto c = fh::select_config(dense(1, 4096, 7168), 132);
   EXPECT_EQ(c.sa_mode, dev::kSaMnMajorOnce);

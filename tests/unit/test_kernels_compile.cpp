@@ -577,25 +577,26 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   });
 }
 
-// Decode calls of 1 to 4 tokens load every K block's row scales once per CTA (kSaMnMajorOnce) where the heuristic
-// picks it: the kernels of the seed's (N, K) pairs and of the weight gradient compile without spills, and read SA's
-// box with the other TMA loads.
+// Decode calls of 1 to 4 tokens (MN-major SA) or 1 to 16 (K-major) load every K block's row scales once per CTA
+// (device::gemm_sa_once) where the heuristic picks it: the kernels of the seed's (N, K) pairs and of the weight
+// gradient compile without spills, and read SA's box with the other TMA loads.
 TEST(KernelsCompile, DecodeKernelsWithScalesLoadedOnceCompileWithoutSpills) {
   std::set<std::string> functions;
   const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
   for (const auto& s : nk) {
-    for (int64_t m = 1; m <= 4; ++m) {
+    for (int64_t m : {1, 2, 3, 4, 7, 16}) {
       Problem q;
       q.m = m;
       q.n = s[0];
       q.k = s[1];
+      q.sa_k_major = m % 2 == 0 || m > 4;  // both SA layouts
       const auto c = finegemm::heuristics::select_config(q, 132);
-      if (c.sa_mode == finegemm::device::kSaMnMajorOnce) functions.insert(c.kernel_function());
+      if (finegemm::device::gemm_sa_once(c.sa_mode)) functions.insert(c.kernel_function());
       q.sb_per_row = true;  // the weight gradient's: fp32 D += A x B^T
       q.d_dtype = finegemm::DType::kFloat32;
       q.accumulate = q.c_is_d = true;
       const auto w = finegemm::heuristics::select_config(q, 132);
-      if (w.sa_mode == finegemm::device::kSaMnMajorOnce) functions.insert(w.kernel_function());
+      if (finegemm::device::gemm_sa_once(w.sa_mode)) functions.insert(w.kernel_function());
     }
   }
   std::vector<std::string> names(functions.begin(), functions.end());

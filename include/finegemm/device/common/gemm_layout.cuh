@@ -27,20 +27,29 @@ enum GemmSaMode : uint32_t {
   /// K-major with a row stride of a multiple of 4 floats: one TMA box of 4 K blocks x BLOCK_M rows per stage (the
   /// smallest box TMA takes, 16 bytes a row), of which the stage uses the first column.
   kSaKMajorTma = 2,
-  /// MN-major with at most kSaOnceMaxRows rows (decode calls of 1 to 4 tokens): every K block's row scales in one
-  /// TMA box of (kSaOnceMaxRows, KB) loaded once per CTA, the same for all its tiles, instead of a box per stage (whose
-  /// rows, 16 bytes apart, measured slow: heuristics' sa_mode_for).
+  /// MN-major with at most 4 rows (decode calls of 1 to 4 tokens): every K block's row scales in one TMA box of
+  /// (4, KB) loaded once per CTA, the same for all its tiles, instead of a box per stage (whose rows, 16 bytes apart,
+  /// measured slow: heuristics' sa_mode_for).
   kSaMnMajorOnce = 3,
+  /// K-major ([M][KB], a row stride of a multiple of 4 floats) with at most 16 rows: the same once-loaded SA, through
+  /// one box of (KB, 16), held [row][KB] in shared memory (gathered per stage, such rows measured up to 1.5x slower).
+  kSaKMajorOnce = 4,
 };
 
-/// kSaMnMajorOnce: rows of SA it takes (a K block's scales fill one 16-byte row of the box) and the K blocks one box
-/// holds (a TMA box dimension is at most 256).
-inline constexpr uint32_t kSaOnceMaxRows = 4;
+/// Whether a kernel loads SA once per CTA (kSaMnMajorOnce, kSaKMajorOnce).
+FG_HOST_DEVICE constexpr bool gemm_sa_once(uint32_t sa_mode) {
+  return sa_mode == kSaMnMajorOnce || sa_mode == kSaKMajorOnce;
+}
+
+/// SA loaded once: the rows it takes (MN-major: a K block's scales fill one 16-byte row of the box; K-major: 16, the
+/// rows of the first warp, which holds rows r0 and r0 + 8 of the m64 accumulator) and the K blocks one box holds (a TMA
+/// box dimension is at most 256).
+FG_HOST_DEVICE constexpr uint32_t gemm_sa_once_rows(uint32_t sa_mode) { return sa_mode == kSaKMajorOnce ? 16u : 4u; }
 inline constexpr uint32_t kSaOnceMaxKBlocks = 256;
 
-/// kSaMnMajorOnce: bytes of the shared SA of a K extent `k` (one box of kSaOnceMaxRows floats per K block).
-FG_HOST_DEVICE constexpr uint32_t gemm_sa_once_bytes(uint32_t k) {
-  return align_up(ceil_div(k, kBlockK) * kSaOnceMaxRows * 4u, 128u);
+/// SA loaded once: bytes of its shared copy for a K extent `k` (gemm_sa_once_rows floats per K block).
+FG_HOST_DEVICE constexpr uint32_t gemm_sa_once_bytes(uint32_t sa_mode, uint32_t k) {
+  return align_up(ceil_div(k, kBlockK) * gemm_sa_once_rows(sa_mode) * 4u, 128u);
 }
 
 /// B's scales (a kernel template parameter).
@@ -114,10 +123,13 @@ struct GemmSmemLayout {
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
-  static constexpr bool kSaOnce = kSaMode == kSaMnMajorOnce;
-  // (BLOCK_M, 1 or 4) fp32 per stage; SA loaded once: none per stage, (KB, kSaOnceMaxRows) fp32 for the whole call
+  static constexpr bool kSaOnce = gemm_sa_once(kSaMode);
+  // SA loaded once: floats between two rows and between two K blocks of its shared copy
+  static constexpr uint32_t kSaOnceRowStride = kSaMode == kSaKMajorOnce ? kNumKBlocks : 1u;
+  static constexpr uint32_t kSaOnceKbStride = kSaMode == kSaKMajorOnce ? 1u : gemm_sa_once_rows(kSaMode);
+  // (BLOCK_M, 1 or 4) fp32 per stage; SA loaded once: none per stage, (KB, gemm_sa_once_rows) fp32 for the whole call
   static constexpr uint32_t kSaBytesPerStage = kSaOnce ? 0u : align_up(BLOCK_M * kSaRowFloats * 4u, 128u);
-  static constexpr uint32_t kSaOnceBytes = kSaOnce ? gemm_sa_once_bytes(K) : 0u;
+  static constexpr uint32_t kSaOnceBytes = kSaOnce ? gemm_sa_once_bytes(kSaMode, K) : 0u;
   // (2) fp32, or (BLOCK_N) fp32 for 1x128 scales of B
   static constexpr uint32_t kSbBytesPerStage = kSbMode == kSbBlock ? 8u : align_up(BLOCK_N * 4u, 128u);
   static constexpr uint32_t kOffsetD = 0;
@@ -147,10 +159,10 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
   const uint32_t d_bytes =
       gemm_num_d_tiles(output) * gemm_store_buffers(block_n, output) *
       align_up(block_m * gemm_store_cols(block_n, output) * gemm_out_bytes(output), 1024u);
-  const bool sa_once = sa_mode == kSaMnMajorOnce;
+  const bool sa_once = gemm_sa_once(sa_mode);
   const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK +
                                (sa_once ? 0u : align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u));
-  const uint32_t sa_once_bytes = sa_once ? gemm_sa_once_bytes(k) : 0u;
+  const uint32_t sa_once_bytes = sa_once ? gemm_sa_once_bytes(sa_mode, k) : 0u;
   const uint32_t sb_bytes = align_up(num_stages * (sb_mode == kSbBlock ? 8u : align_up(block_n * 4u, 128u)), 16u);
   const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0) +
                                   (gemm_loads_c(output) ? 2 * gemm_num_d_tiles(output) : 0) + (sa_once ? 1 : 0)) *

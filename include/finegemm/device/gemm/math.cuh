@@ -63,9 +63,11 @@ struct MathWarpgroup {
     desc_b2_lo = 0;
     if constexpr (Cfg::kWideTiles)
       desc_b2_lo = ptx::opaque(static_cast<uint32_t>(ptx::make_smem_desc_k_major_sw128(smem.a + Cfg::kWideBOffset)));
-    // SA loaded once holds the call's rows only (kSaOnceMaxRows, zero past M): the rows past them read its last row,
-    // whose products go to output rows that are not stored.
-    sa_rows = Cfg::kSaOnce ? smem.sa + min_of(r0, kSaOnceMaxRows - 1) : smem.sa + r0 * Cfg::kSaRowFloats;
+    // SA loaded once holds the call's rows only (gemm_sa_once_rows, zero past M): the first warp's, r0 and (16 rows)
+    // r0 + 8. The other threads read rows of it too, whose products go to output rows that are not stored.
+    constexpr uint32_t kOnceLastRow = min_of(gemm_sa_once_rows(Cfg::kSaMode), 8u) - 1;
+    sa_rows = Cfg::kSaOnce ? smem.sa + min_of(r0, kOnceLastRow) * Layout::kSaOnceRowStride
+                           : smem.sa + r0 * Cfg::kSaRowFloats;
     my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
     other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
     next_full = false;
@@ -121,7 +123,7 @@ struct MathWarpgroup {
   /// This thread's row r0 of SA in `stage`, whose K block is `kb` (K-major SA by TMA: its column in the stage's box of
   /// 4; unused otherwise). Computed once per stage: each wave's rows are then a constant offset from it.
   FG_DEVICE const float* stage_sa(uint32_t stage, uint32_t kb) const {
-    if constexpr (Cfg::kSaOnce) return sa_rows + kb * kSaOnceMaxRows;  // (loaded once: K block kb's box row)
+    if constexpr (Cfg::kSaOnce) return sa_rows + kb * Layout::kSaOnceKbStride;  // (loaded once: K block kb's)
     const uint32_t column = Cfg::kSaMode == kSaKMajorTma ? kb % 4 : 0;
     return sa_rows + stage * Cfg::kSaFloatsPerStage + column;
   }
@@ -133,7 +135,11 @@ struct MathWarpgroup {
     constexpr uint32_t kSaRowFloats = Cfg::kSaRowFloats;
     const float* sa = sa_stage + (kWide ? 0 : wave * Cfg::kWaveRows * kSaRowFloats);
     const float sa0 = ptx::ld_shared_f32(sa);
-    const float sa1 = ptx::ld_shared_f32(Cfg::kSaOnce ? sa : sa + 8 * kSaRowFloats);  // (once: row r0 + 8 past M)
+    // SA loaded once: row r0 + 8 in a copy of 16 rows; past M (its row r0 read again) in a copy of 4
+    constexpr uint32_t kRow8Offset = !Cfg::kSaOnce                             ? 8 * kSaRowFloats
+                                     : gemm_sa_once_rows(Cfg::kSaMode) > 8u ? 8 * Layout::kSaOnceRowStride
+                                                                              : 0u;
+    const float sa1 = ptx::ld_shared_f32(sa + kRow8Offset);
     if constexpr (Cfg::kSbPerColumn) {
       Scales sc;
       sc.r0_first = sa0;

@@ -151,7 +151,7 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   CTileTurn<Cfg> c_turn;
   GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4, &args.tma_a, args.a_base, uint32_t(args.num_rows)};
   if constexpr (Cfg::kSaOnce) {
-    // The call's (at most kSaOnceMaxRows) rows' scales of every K block, once: the same for all of this CTA's tiles.
+    // The call's (at most gemm_sa_once_rows) rows' scales of every K block, once: the same for all of this CTA's tiles.
     ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes);
     ptx::tma_load_2d(&args.tma_sa, smem.sa_full, smem.sa, 0, 0);
   }

@@ -63,9 +63,9 @@ struct GemmTraits {
   static constexpr bool kSaGather = kSaMode == kSaKMajorGather;
   static constexpr uint32_t kSaRowFloats = Layout::kSaRowFloats;
   static constexpr uint32_t kSaFloatsPerStage = Layout::kSaBytesPerStage / 4;
-  /// SA loaded once per CTA (kSaMnMajorOnce): the bytes of its one box, kSaOnceMaxRows floats per K block.
+  /// SA loaded once per CTA (gemm_sa_once): the bytes of its one box, gemm_sa_once_rows floats per K block.
   static constexpr bool kSaOnce = Layout::kSaOnce;
-  static constexpr uint32_t kSaOnceTxBytes = Layout::kNumKBlocks * kSaOnceMaxRows * 4;
+  static constexpr uint32_t kSaOnceTxBytes = Layout::kNumKBlocks * gemm_sa_once_rows(kSaMode) * 4;
   /// 1x128 scales of B: one per output column per K block, read by each math thread for its columns.
   static constexpr bool kSbPerColumn = kSbMode == kSbRowMnMajor;
   static constexpr uint32_t kSbFloatsPerStage = Layout::kSbBytesPerStage / 4;
