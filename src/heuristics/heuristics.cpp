@@ -119,6 +119,11 @@ constexpr int64_t kSaTmaMinRows = 1024;
 // 12.59-12.75; the weight gradient 16x4096x7168 16.32, 16.38 -> 14.75, 14.77. 2112x7168, with split-K, keeps the gather
 // (12.14-12.45 us at M = 1, 2, 4, 5, 6, 8, 9, where MN-major SA takes 9.06-10.11 at M = 1, 2, 4).
 constexpr int64_t kSaOnceMinKBlocks = 32;
+// K-major SA is loaded once with split-K too, and from this many K blocks on. Same run, two rounds, us, gathered ->
+// once, M = 1, 4, 8, 16: 2112x7168 (split-K) 12.05-12.34 -> 8.96-9.12; 24576x1536 (12 K blocks) 14.02-14.86 ->
+// 13.71-14.32; 7168x2048 (16) 7.68-7.74 -> 7.66-7.71; at 4 K blocks (32768x512) 8.67-8.83 -> 8.53-8.67 at M <= 8
+// but 8.77, 8.80 -> 8.93, 8.93 at M = 16, which keeps the gather.
+constexpr int64_t kSaKMajorOnceMinKBlocks = 8;
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
 int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
@@ -346,13 +351,15 @@ uint32_t sa_mode_per_stage_for(const Problem& p) {
 }
 
 uint32_t sa_mode_for(const Problem& p) {
-  // SA of dense calls of at most 4 (MN-major) or 16 (K-major) rows and at least kSaOnceMinKBlocks K blocks goes in one
-  // box for all K blocks (in 64-row tiles without split-K; the others keep a box per stage: enumerate_candidates).
-  // K-major SA's box row is its K blocks: their count must be a multiple of 4 (16 bytes).
+  // SA of dense calls of at most 4 (MN-major) or 16 (K-major) rows and at least kSaOnceMinKBlocks (K-major:
+  // kSaKMajorOnceMinKBlocks) K blocks goes in one box for all K blocks (in 64-row tiles, MN-major without split-K;
+  // the others keep a box per stage: enumerate_candidates). K-major SA's box row is its K blocks: their count must be
+  // a multiple of 4 (16 bytes).
   const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
   const uint32_t once_mode = p.sa_k_major ? device::kSaKMajorOnce : device::kSaMnMajorOnce;
   const bool once = p.kind == GemmKind::kNormal && p.m <= int64_t(device::gemm_sa_once_rows(once_mode)) &&
-                    kb >= kSaOnceMinKBlocks && kb <= device::kSaOnceMaxKBlocks && (!p.sa_k_major || kb % 4 == 0);
+                    kb >= (p.sa_k_major ? kSaKMajorOnceMinKBlocks : kSaOnceMinKBlocks) &&
+                    kb <= device::kSaOnceMaxKBlocks && (!p.sa_k_major || kb % 4 == 0);
   if (once) return once_mode;
   return sa_mode_per_stage_for(p);
 }
@@ -385,8 +392,9 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
     for (int block_m : {64, 128, 256}) {
       for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
         for (int split : {1, 2}) {
-          // SA loaded once: 64-row tiles without split-K only (the others take a box per stage).
-          const uint32_t sa_mode = device::gemm_sa_once(problem_sa_mode) && (block_m != 64 || split != 1)
+          // SA loaded once: 64-row tiles only, MN-major without split-K (the others take a box per stage).
+          const bool per_stage = block_m != 64 || (split != 1 && problem_sa_mode == device::kSaMnMajorOnce);
+          const uint32_t sa_mode = device::gemm_sa_once(problem_sa_mode) && per_stage
                                        ? sa_mode_per_stage_for(p)
                                        : problem_sa_mode;
           Candidate cand;

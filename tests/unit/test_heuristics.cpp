@@ -548,6 +548,8 @@ TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
   EXPECT_EQ(mode(2, 4224, true), dev::kSaKMajorGather);   // KB 33: not a multiple of 4 (16 bytes)
   EXPECT_EQ(mode(16, 7168, true), dev::kSaKMajorOnce);    // K-major: up to 16 rows
   EXPECT_EQ(mode(17, 7168, true), dev::kSaKMajorGather);
+  EXPECT_EQ(mode(2, 1024, true), dev::kSaKMajorOnce);     // K-major: from 8 K blocks
+  EXPECT_EQ(mode(2, 512, true), dev::kSaKMajorGather);    // KB 4
   EXPECT_EQ(mode(2, 7168, false, GemmKind::kGroupedMasked), dev::kSaMnMajor);
   Problem k_major = dense(2, 4096, 7168);
   k_major.sa_k_major = true;
@@ -567,10 +569,15 @@ TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
             dev::gemm_smem_launch_bytes(64, 32, 18, 7168, 1, dev::kSaMnMajor));  // 56 K blocks of 16 bytes, not 18x256
   EXPECT_NE(c.kernel_function().find(", 3u, 1u, false>"), std::string::npos) << c.kernel_function();
   EXPECT_NE(c.describe().find("sa=mn-once "), std::string::npos) << c.describe();
-  // Split-K tiles (N = 2112) keep a box per stage.
+  // Split-K tiles (N = 2112) keep a box per stage of MN-major SA; K-major SA is loaded once there too.
   const auto s = fh::select_config(dense(2, 2112, 7168), 132);
   EXPECT_EQ(s.split_k, 2);
   EXPECT_EQ(s.sa_mode, dev::kSaMnMajor);
+  Problem split_k_major = dense(2, 2112, 7168);
+  split_k_major.sa_k_major = true;
+  const auto sk = fh::select_config(split_k_major, 132);
+  EXPECT_EQ(sk.split_k, 2);
+  EXPECT_EQ(sk.sa_mode, dev::kSaKMajorOnce);
 }
 
 TEST(Heuristics, DenseGridIsTheFewestCtasForTheWaves) {
