@@ -106,22 +106,11 @@ constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
 // MN-major SA of at most 4 rows is loaded once per CTA (device::kSaMnMajorOnce) from this many K blocks on, in 64-row
-// tiles without split-K. A box per stage reads rows 16 bytes apart there, which made such calls slower than those of
-// 5-8 rows. Measured on an H200 (`finegemm bench`, two rounds, us, a box per stage -> once): 4096x7168 (64x32 tiles)
-// M=1 13.02, 13.09 -> 12.16, 12.13; M=2 15.01, 14.98 -> 12.16, 12.16; M=3 14.37, 14.30 -> 13.02, 13.10; M=4 14.16,
-// 14.22 -> 13.20, 13.18 (M=5 and 8: 11.6 either way); the weight gradient 2x4096x7168 16.83, 16.82 -> 14.64, 14.59;
-// decode chains (`bench --chain`, PDL on, us per layer) 4096x7168 M=1 15.18 -> 12.81, M=4 15.07 -> 12.08, 7168x16384
-// M=1 35.70 -> 33.97. Slower where a box per stage stays: 2112x7168 with split-K M=1 8.98, 9.02 -> 9.66, 9.66 (M=2
-// 10.03 -> 9.28), 7168x2048 (16 K blocks) M=1-4 7.62-7.65 -> 7.79-7.95, 32768x512 8.46-8.56 -> 8.54-8.66.
+// tiles without split-K: a box per stage reads rows 16 bytes apart there; with split-K and below 32 K blocks the
+// once-loaded box measured slower (docs/performance.md, "What was tried").
 constexpr int64_t kSaOnceMinKBlocks = 32;
-// K-major SA of at most 16 rows (device::kSaKMajorOnce; its K blocks a multiple of 4) is loaded once per CTA from this
-// many K blocks on, in 64-row tiles with or without split-K, where the scale warp gathered each stage's rows. Measured
-// on an H200 (`finegemm bench --sa k`, same run, two rounds, us, gathered -> once), M = 1, 4, 8, 9, 12, 16: 4096x7168
-// 17.04-17.38 -> 11.58-11.81; 7168x16384 42.45-42.69 -> 33.09-34.94; 4096x6144 15.31-15.49 -> 10.22-10.30; 4096x8192
-// 18.96-19.20 -> 12.59-12.75; the weight gradient 16x4096x7168 16.32, 16.38 -> 14.75, 14.77 (M = 17, gathered:
-// 17.28-17.44). M = 1, 4, 8, 16: 2112x7168 (split-K) 12.05-12.34 -> 8.96-9.12; 24576x1536 (12 K blocks) 14.02-14.86
-// -> 13.71-14.32; 7168x2048 (16) 7.68-7.74 -> 7.66-7.71; at 4 K blocks (32768x512) 8.67-8.83 -> 8.53-8.67 at M <= 8
-// but 8.77, 8.80 -> 8.93, 8.93 at M = 16, which keeps the gather.
+// K-major SA of at most 16 rows (device::kSaKMajorOnce) is loaded once per CTA from this many K blocks on, split-K
+// included, where the scale warp gathered each stage's rows; at 4 K blocks it measured slower at 16 rows (ibid.).
 constexpr int64_t kSaKMajorOnceMinKBlocks = 8;
 /// Largest BLOCK_N whose two fp32 accumulators (BLOCK_N / 2 registers each) fit the math warpgroups' 232 registers
 /// without spills (checked for every heuristic pick by the CPU compile tests).
