@@ -47,8 +47,8 @@ struct KernelConfig {
   int block_m = 0, block_n = 0, num_stages = 0;
   int split_k = 1;             ///< 2 or 4: the CTAs of a cluster of that many each take an equal share of K
   /// How the kernel reads SA (device::GemmSaMode): MN-major by TMA (a box per stage, or for at most 4 rows one box
-  /// loaded once), K-major by TMA boxes of 4 K blocks, or K-major gathered (sa_mode_for; the GEMM calls also fall back
-  /// to it for strides TMA cannot take).
+  /// loaded once), K-major by TMA boxes of 4 K blocks, K-major of at most 16 rows in one box loaded once, or K-major
+  /// gathered (sa_mode_for; the GEMM calls also fall back to it for strides TMA cannot take).
   uint32_t sa_mode = 0;
   bool b_evict_first = false;  ///< B's tiles are read by few tiles: its TMA loads carry an L2 evict-first hint
   bool b_pairs = false;        ///< B's TMA issuer fills two stages per empty wait (kernels that allow it)

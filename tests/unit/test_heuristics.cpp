@@ -526,8 +526,9 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
   EXPECT_NE(c.describe().find("sa=k "), std::string::npos) << c.describe();
 }
 
-// MN-major SA of dense calls of at most 4 rows is loaded once per CTA where that measured faster: at least 32 K blocks
-// (one box holds up to 256), 64-row tiles without split-K. The smem footprint and the kernel follow the mode.
+// SA of dense decode calls is loaded once per CTA where that measured faster: MN-major of at most 4 rows from 32 K
+// blocks (one box holds up to 256) in 64-row tiles without split-K; K-major of at most 16 rows from 8 K blocks (a
+// multiple of 4), split-K included. The smem footprint and the kernel follow the mode.
 TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
   namespace dev = finegemm::device;
   auto mode = [](int64_t m, int64_t k, bool k_major = false, GemmKind kind = GemmKind::kNormal) {

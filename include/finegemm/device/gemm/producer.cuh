@@ -27,7 +27,7 @@ struct GemmSmem {
   float* exchange;            // split-K: (BLOCK_M, BLOCK_N) fp32
   uint64_t* c_full;           // C loaded (Cfg::kAddC): (kNumDTiles) C's tile arrived in shared tile i
   uint64_t* c_empty;          // C loaded: (kNumDTiles) the math warpgroups' stores are done reading shared tile i
-  uint64_t* sa_full;          // SA loaded once (kSaMnMajorOnce): every K block's row scales arrived in `sa`
+  uint64_t* sa_full;          // SA loaded once (gemm_sa_once): every K block's row scales arrived in `sa`
 };
 
 /// Which shared output tile, and which phase of its barriers, the n-th tile a CTA walks uses where C is loaded: the
