@@ -282,7 +282,7 @@ void set_k_grouped_args(const GemmCall& c, const KernelConfig& cfg, int device, 
 }
 
 /// The pointers and scalars of every kernel. K-grouped calls have MN-major SA, and their configs never pair B's
-/// stages (heuristics::b_pairs_allowed): sa_k_major is null and b_pairs 0 there.
+/// stages (heuristics::b_pairs_allowed): sa is null and b_pairs 0 there.
 void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
   args.num_rows = int32_t(c.rows);
   args.num_a_rows = int32_t(c.a_rows);
@@ -292,7 +292,10 @@ void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, dev
   args.psum_alignment = c.m_alignment;
   args.sb = static_cast<const float*>(c.sb);
   args.grouped_layout = static_cast<const int32_t*>(c.layout);
-  args.sa_k_major = c.sa_k_major ? static_cast<const float*>(c.sa) : nullptr;
+  // MN-major SA loaded once whose KB x 4 floats are contiguous (M_pad = 4) goes in one bulk copy.
+  const bool sa_contiguous_once = cfg.sa_mode == device::kSaMnMajorOnce &&
+                                  c.ld_sa == int64_t(device::gemm_sa_once_rows(cfg.sa_mode));
+  args.sa = c.sa_k_major || sa_contiguous_once ? static_cast<const float*>(c.sa) : nullptr;
   args.ld_sa = c.ld_sa;
   args.d = static_cast<uint8_t*>(c.d);
   args.error_flags = reinterpret_cast<uint32_t*>(Context::instance().error_flags(device));

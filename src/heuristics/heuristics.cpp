@@ -340,8 +340,8 @@ uint32_t sa_mode_per_stage_for(const Problem& p) {
 
 uint32_t sa_mode_for(const Problem& p) {
   // SA of dense calls of at most 4 (MN-major) or 16 (K-major) rows and at least kSaOnceMinKBlocks (K-major:
-  // kSaKMajorOnceMinKBlocks) K blocks goes in one box for all K blocks (in 64-row tiles, MN-major without split-K;
-  // the others keep a box per stage: enumerate_candidates). K-major SA's box row is its K blocks: their count must be
+  // kSaKMajorOnceMinKBlocks) K blocks goes in one load for all K blocks (in 64-row tiles; the others keep a box per
+  // stage: enumerate_candidates). K-major SA's box row is its K blocks: their count must be
   // a multiple of 4 (16 bytes).
   const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
   const uint32_t once_mode = p.sa_k_major ? device::kSaKMajorOnce : device::kSaMnMajorOnce;
@@ -380,8 +380,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
     for (int block_m : {64, 128, 256}) {
       for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
         for (int split : {1, 2}) {
-          // SA loaded once: 64-row tiles only, MN-major without split-K (the others take a box per stage).
-          const bool per_stage = block_m != 64 || (split != 1 && problem_sa_mode == device::kSaMnMajorOnce);
+          // SA loaded once: 64-row tiles only (the others take a box per stage).
+          const bool per_stage = block_m != 64;
           const uint32_t sa_mode = device::gemm_sa_once(problem_sa_mode) && per_stage
                                        ? sa_mode_per_stage_for(p)
                                        : problem_sa_mode;

@@ -27,7 +27,9 @@ struct GemmArgs {
   uint32_t pdl_prefetch_b_blocks;
   const float* sb;            ///< [G, NB, KB] fp32
   const int32_t* grouped_layout;  ///< m_indices (contiguous), masked_m (masked), group ends (psum) or ks (K-grouped)
-  const float* sa_k_major;    ///< [rows, KB] fp32 with row stride ld_sa (K-major SA only)
+  /// SA itself where a kernel reads it without its tensor map: K-major [rows, KB] with row stride ld_sa (gathered),
+  /// or MN-major of at most 4 rows with M_pad = 4, KB x 4 contiguous floats (kSaMnMajorOnce: one bulk copy); else null
+  const float* sa;
   int64_t ld_sa;              ///< row stride of K-major SA, elements
   // Read later (epilogue, errors).
   uint8_t* d;                 ///< D base pointer (bf16 or fp32), for edge tiles written without TMA

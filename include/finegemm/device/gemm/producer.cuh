@@ -152,8 +152,13 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4, &args.tma_a, args.a_base, uint32_t(args.num_rows)};
   if constexpr (Cfg::kSaOnce) {
     // The call's (at most gemm_sa_once_rows) rows' scales of every K block, once: the same for all of this CTA's tiles.
+    // MN-major SA with M_pad = 4 is the box's bytes in order: one bulk copy (the box of KB rows of 16 bytes measured
+    // slower).
     ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes);
-    ptx::tma_load_2d(&args.tma_sa, smem.sa_full, smem.sa, 0, 0);
+    if (Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr)
+      ptx::bulk_load(smem.sa, args.sa, Cfg::kSaOnceTxBytes, smem.sa_full);
+    else
+      ptx::tma_load_2d(&args.tma_sa, smem.sa_full, smem.sa, 0, 0);
   }
   while (scheduler.next(tile)) {
     if constexpr (Cfg::kAddC) {
@@ -344,7 +349,7 @@ FG_DEVICE void stage_scales(const GemmArgs& args, const GemmSmem& smem, typename
           for (uint32_t r = lane_idx; r < Cfg::BLOCK_M; r += 32) {  // unrolled, ptxas spilled at BLOCK_M=256
             const int32_t row = tile.row_base + int32_t(r);
             const bool valid = row < args.num_a_rows;
-            ptx::cp_async_f32(sa_dst + r, args.sa_k_major + (valid ? row * args.ld_sa + kb : 0), valid);
+            ptx::cp_async_f32(sa_dst + r, args.sa + (valid ? row * args.ld_sa + kb : 0), valid);
           }
           ptx::mbarrier_arrive_on_cp_async_noinc(&smem.full_barriers[pipe.stage]);
         }

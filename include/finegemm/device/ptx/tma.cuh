@@ -27,6 +27,15 @@ FG_DEVICE void tma_load_2d(const TmaDescriptor* desc, uint64_t* bar, void* smem_
       : "memory");
 }
 
+/// Contiguous bytes (a multiple of 16, both addresses 16-byte aligned) copied into this CTA's shared memory without a
+/// tensor map, completing `bytes` on `bar`.
+FG_DEVICE void bulk_load(void* smem_dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(smem_dst)),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
 /// An L2 eviction policy for the whole of each access (PTX ISA createpolicy.fractional, fraction 1.0): the lines
 /// are replaced before any other line of their set.
 FG_DEVICE uint64_t l2_policy_evict_first() {
