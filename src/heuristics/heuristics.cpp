@@ -38,6 +38,9 @@ constexpr int kBlockNStep = 16;
 // Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
 // to H100 runs of BLOCK_N 96..192.
 constexpr double kMathCriticalCycles = 300.0;
+// The same with 1x128 scales on both operands (the weight gradient), whose promotion scales each column by its own
+// factor: fitted to H200 runs of 4096x4096x7168, where 128x160 tiles (7 rounds) ran faster than 128x128 (8 rounds).
+constexpr double kMathCriticalCyclesSbPerRow = 384.0;
 // Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to BLOCK_M=128:
 // the per-K-block work (barrier waits, scales, turns, stage bookkeeping) is shared by two waves and the tile loads
 // 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
@@ -203,11 +206,12 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double straddle = 128 % c.block_n == 0 ? 1.0 : 1.02;
   const double batch_cycles = 2.0 * charged_n * straddle;
   // BLOCK_M = 256: each warpgroup runs two 64-row waves, i.e. two batches, per K block.
-  const double turns_cycles = std::max(2.0 * batch_cycles, batch_cycles + kMathCriticalCycles);
+  const double critical_cycles = p.sb_per_row ? kMathCriticalCyclesSbPerRow : kMathCriticalCycles;
+  const double turns_cycles = std::max(2.0 * batch_cycles, batch_cycles + critical_cycles);
   const bool few_waves_or_short_k = c.num_waves <= kBlockM256FewWaves || p.k <= kBlockM256ShortK;
   const double block_m256_factor =
       p.kind == GemmKind::kNormal && few_waves_or_short_k ? kBlockM256CycleFactorFewWaves : kBlockM256CycleFactor;
-  const double k_block_cycles = c.block_m == 64    ? batch_cycles + kMathCriticalCycles
+  const double k_block_cycles = c.block_m == 64    ? batch_cycles + critical_cycles
                                 : c.block_m == 128 ? turns_cycles
                                                    : 2.0 * turns_cycles * block_m256_factor;
   const double cta_k = double(p.k) / double(c.split_k);

@@ -755,6 +755,29 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
   EXPECT_TRUE(split_open);
 }
 
+// With 1x128 scales on both operands a K block's promotion scales each column by its own factor, and wider tiles in
+// fewer rounds pay: DeepSeek-V3's 4096x4096x7168 and 7168x4096x2048 take 128x160 tiles (7 and 12 rounds) over 128x128
+// (8 and 14), as measured on an H200; 2112x4096x7168 keeps 128x144 (4 rounds either way).
+TEST(Heuristics, WgradTakesWideTilesWhereTheySaveRounds) {
+  auto wgrad = [](int64_t m, int64_t n, int64_t k) {
+    Problem p = dense(m, n, k);
+    p.sb_per_row = true;
+    p.d_dtype = finegemm::DType::kFloat32;
+    p.accumulate = p.c_is_d = true;
+    return fh::select_config(p, 132);
+  };
+  const auto a = wgrad(4096, 4096, 7168);
+  EXPECT_EQ(a.block_m, 128);
+  EXPECT_EQ(a.block_n, 160) << a.describe();
+  EXPECT_EQ(a.num_waves, 7);
+  const auto b = wgrad(7168, 4096, 2048);
+  EXPECT_EQ(b.block_n, 160) << b.describe();
+  EXPECT_EQ(b.num_waves, 12);
+  EXPECT_EQ(wgrad(2112, 4096, 7168).block_n, 144);
+  // The forward GEMM's picks (one scale per 128x128 block of B) are not moved: 4096x4096x7168 stays 256x128.
+  EXPECT_EQ(fh::select_config(dense(4096, 4096, 7168), 132).block_m, 256);
+}
+
 // C loaded a tile ahead into two shared tiles (kOutF32AddCAhead) where C's and D's bytes outweigh the math: the
 // memory-bound weight gradient of DeepSeek-V3 (K = 512) takes it, C being D or not, with 128x96 tiles and 4 stages and
 // no evict-first hint on D; the longer-K ones keep D reduced into by TMA (or C's tile loaded once per tile).
