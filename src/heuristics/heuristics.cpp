@@ -345,8 +345,7 @@ uint32_t sa_mode_per_stage_for(const Problem& p) {
 uint32_t sa_mode_for(const Problem& p) {
   // SA of dense calls of at most 4 (MN-major) or 16 (K-major) rows and at least kSaOnceMinKBlocks (K-major:
   // kSaKMajorOnceMinKBlocks) K blocks goes in one load for all K blocks (in 64-row tiles; the others keep a box per
-  // stage: enumerate_candidates). K-major SA's box row is its K blocks: their count must be
-  // a multiple of 4 (16 bytes).
+  // stage: enumerate_candidates). K-major SA's box row is its K blocks: their count must be a multiple of 4 (16 bytes).
   const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
   const uint32_t once_mode = p.sa_k_major ? device::kSaKMajorOnce : device::kSaMnMajorOnce;
   const bool once = p.kind == GemmKind::kNormal && p.m <= int64_t(device::gemm_sa_once_rows(once_mode)) &&

@@ -944,7 +944,10 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // C's tile loaded into the output tile): 65x136x576 with C aliasing D, 300x264x640 with a separate C. The dense
   // wide tail has a case of its own (SanitizerWideTail), the psum layout too (SanitizerPsumCases). Then the K-grouped
   // weight gradient (3 experts, the middle one without tokens, M off the tile; adding into D, then overwriting it).
+  // Two decode calls of 3 rows load SA once per CTA (3x576x4096; split-K at 3x2112x7168), MN-major SA allocated to
+  // its view's extent, without the last K block's padding row.
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
+                                     shape(GemmKind::kNormal, 1, 3, 576, 4096), shape(GemmKind::kNormal, 1, 3, 2112, 7168),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
                                      shape(GemmKind::kNormal, 1, 129, 7232, 1408),

@@ -610,8 +610,10 @@ TEST(KernelsCompile, DecodeKernelsWithScalesLoadedOnceCompileWithoutSpills) {
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-    if (mn_major.count(names[i]))  // MN-major SA of 4 rows per K block: one contiguous bulk copy
+    if (mn_major.count(names[i])) {  // MN-major SA of 4 rows per K block: a bulk copy, the last block by 4-byte copies
       EXPECT_NE(sass.find("UBLKCP.S.G"), std::string::npos) << names[i] << ": no bulk copy of SA";
+      EXPECT_NE(sass.find("LDGSTS"), std::string::npos) << names[i] << ": no 4-byte copies of SA's last K block";
+    }
   });
 }
 

@@ -170,12 +170,16 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
   a = DeviceBuffer(std::max<size_t>(host_a.size(), 16));
   b = DeviceBuffer(host_b.size());
   sa_k_major = DeviceBuffer(std::max<size_t>(host_sa.size() * 4, 16));
-  sa_mn_major = DeviceBuffer(std::max<size_t>(sa_mn.size() * 4, 16));
+  // MN-major SA allocated to the extent of its strided view and no further (the last K block's padding past the rows
+  // left out), the tightest layout a caller may pass: reading past it is a memcheck error.
+  const size_t sa_mn_floats =
+      group_rows == 0 ? 0 : size_t((num_sa_groups * kb_ - 1) * m_pad_ + group_rows);
+  sa_mn_major = DeviceBuffer(std::max<size_t>(sa_mn_floats * 4, 16));
   d = DeviceBuffer(std::max<size_t>(size_t(rows_ * shape.n * output_bytes()), 16));
   if (!host_a.empty()) a.upload(host_a.data(), host_a.size());
   b.upload(host_b.data(), host_b.size());
   if (!host_sa.empty()) sa_k_major.upload(host_sa.data(), host_sa.size() * 4);
-  if (!sa_mn.empty()) sa_mn_major.upload(sa_mn.data(), sa_mn.size() * 4);
+  if (sa_mn_floats > 0) sa_mn_major.upload(sa_mn.data(), sa_mn_floats * 4);
   if (shape.wgrad) {
     // SB as the kernel reads it ([KB][N_pad], N contiguous), and the row-major copy the reference reads.
     const std::vector<float> sb_mn = reference::scales_to_mn_major(host_sb, shape.n, kb_);

@@ -30,7 +30,7 @@ struct GemmArgs {
   /// SA itself where a kernel reads it without its tensor map: K-major [rows, KB] with row stride ld_sa (gathered),
   /// or MN-major of at most 4 rows with M_pad = 4, KB x 4 contiguous floats (kSaMnMajorOnce: one bulk copy); else null
   const float* sa;
-  int64_t ld_sa;              ///< row stride of K-major SA, elements
+  int64_t ld_sa;              ///< SA's stride, elements: between rows (K-major) or K blocks (MN-major, M_pad)
   // Read later (epilogue, errors).
   uint8_t* d;                 ///< D base pointer (bf16 or fp32), for edge tiles written without TMA
   uint32_t* error_flags;      ///< device error word: the kError* bits

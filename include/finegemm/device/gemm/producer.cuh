@@ -153,12 +153,22 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   if constexpr (Cfg::kSaOnce) {
     // The call's (at most gemm_sa_once_rows) rows' scales of every K block, once: the same for all of this CTA's tiles.
     // MN-major SA with M_pad = 4 is the box's bytes in order: one bulk copy (the box of KB rows of 16 bytes measured
-    // slower).
-    ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes);
-    if (Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr)
-      ptx::bulk_load(smem.sa, args.sa, Cfg::kSaOnceTxBytes, smem.sa_full);
-    else
+    // slower), but for the last K block, whose padding past the call's rows may lie past SA's allocation: its rows
+    // come by 4-byte copies, the padding zero-filled as TMA fills it.
+    if (Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr) {
+      constexpr uint32_t kLastBlock = (Layout::kNumKBlocks - 1) * gemm_sa_once_rows(kSaMnMajorOnce);
+#pragma unroll
+      for (uint32_t r = 0; r < gemm_sa_once_rows(kSaMnMajorOnce); ++r) {
+        const bool valid = int32_t(r) < args.num_a_rows;
+        ptx::cp_async_f32(smem.sa + kLastBlock + r, args.sa + (valid ? kLastBlock + r : 0), valid);
+      }
+      ptx::mbarrier_arrive_on_cp_async(smem.sa_full);
+      ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes - 16);
+      ptx::bulk_load(smem.sa, args.sa, Cfg::kSaOnceTxBytes - 16, smem.sa_full);
+    } else {
+      ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes);
       ptx::tma_load_2d(&args.tma_sa, smem.sa_full, smem.sa, 0, 0);
+    }
   }
   while (scheduler.next(tile)) {
     if constexpr (Cfg::kAddC) {
