@@ -109,8 +109,8 @@ constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
 // MN-major SA of at most 4 rows is loaded once per CTA (device::kSaMnMajorOnce) from this many K blocks on, in 64-row
-// tiles without split-K: a box per stage reads rows 16 bytes apart there; with split-K and below 32 K blocks the
-// once-loaded box measured slower (docs/performance.md, "What was tried").
+// tiles, split-K included: a box per stage reads rows 16 bytes apart there; below 32 K blocks the once-loaded box
+// measured slower (docs/performance.md, "What was tried").
 constexpr int64_t kSaOnceMinKBlocks = 32;
 // K-major SA of at most 16 rows (device::kSaKMajorOnce) is loaded once per CTA from this many K blocks on, split-K
 // included, where the scale warp gathered each stage's rows; at 4 K blocks it measured slower at 16 rows (ibid.).

@@ -27,9 +27,9 @@ enum GemmSaMode : uint32_t {
   /// K-major with a row stride of a multiple of 4 floats: one TMA box of 4 K blocks x BLOCK_M rows per stage (the
   /// smallest box TMA takes, 16 bytes a row), of which the stage uses the first column.
   kSaKMajorTma = 2,
-  /// MN-major with at most 4 rows (decode calls of 1 to 4 tokens): every K block's row scales in one TMA box of
-  /// (4, KB) loaded once per CTA, the same for all its tiles, instead of a box per stage (whose rows, 16 bytes apart,
-  /// measured slow: heuristics' sa_mode_for).
+  /// MN-major with at most 4 rows (decode calls of 1 to 4 tokens): every K block's row scales loaded once per CTA,
+  /// the same for all its tiles, instead of a box per stage (whose rows, 16 bytes apart, measured slow: heuristics'
+  /// sa_mode_for). With M_pad = 4 one bulk copy (the last K block by 4-byte copies), else one TMA box of (4, KB).
   kSaMnMajorOnce = 3,
   /// K-major ([M][KB], a row stride of a multiple of 4 floats) with at most 16 rows: the same once-loaded SA, through
   /// one box of (KB, 16), held [row][KB] in shared memory (gathered per stage, such rows measured up to 1.5x slower).
