@@ -33,7 +33,8 @@ constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile r
 // BLOCK_N steps by 16: the epilogue's stmatrix x4 covers 16 columns. (Odd multiples of 8, which fill more SMs on some
 // shapes, measured slower than the multiples of 16 on an H100, even where they filled more SMs; on an H200 the weight
 // gradient's 128x136 and 128x152 tiles, DeepGEMM's picks there, ran 6-10% slower than 128x144 and 128x160 with their
-// fp32 tiles stored in unswizzled halves: docs/performance.md, "What was tried".)
+// fp32 tiles stored in unswizzled halves, though their wgmmas alone run at full rate: docs/performance.md, "What was
+// tried".)
 constexpr int kBlockNStep = 16;
 // Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
 // to H100 runs of BLOCK_N 96..192.
@@ -119,7 +120,8 @@ constexpr int64_t kSaKMajorOnceMinKBlocks = 8;
 /// without spills (checked for every heuristic pick by the CPU compile tests).
 int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
 /// The same with 1x128 scales of B, whose BLOCK_N / 4 column scales a math thread holds through its turn (256-row
-/// tiles, two waves of running sums, spilled at BLOCK_N=128).
+/// tiles, two waves of running sums, spill at BLOCK_N=128 and ran 8-14% slower than 128x160 on an H200:
+/// docs/performance.md, "What was tried").
 int max_block_n_sb_per_row(int block_m) { return block_m == 64 ? 128 : block_m == 128 ? 160 : 0; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
