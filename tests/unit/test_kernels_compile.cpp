@@ -328,15 +328,30 @@ TEST(KernelsCompile, KMajorScalesByTmaBoxesOrGathered) {
   });
 }
 
-// The producer warpgroup's registers after setmaxnreg (gemm_producer_registers): 40 left it short in the grouped
+// The producer warpgroup's registers after setmaxnreg (gemm_producer_registers): 40 left it short in the M-grouped
 // layouts and with the gathered SA at BLOCK_M 128, where ptxas spilled 1-21 words (contiguous 128x64 at K=2048;
-// dense gathered 128x112, 128x144 and 128x192 at K=16384). Those kernels split 224 / 56 and write no
-// local memory; the 256x128 and contiguous 128x192 kernels keep 232 / 40.
+// dense gathered 128x112, 128x144 and 128x192 at K=16384), and in the K-grouped 128x144 kernel (8 bytes). Those
+// kernels split 224 / 56 and write no local memory; the 256x128, contiguous 128x192 and the other K-grouped kernels
+// keep 232 / 40.
 TEST(KernelsCompile, ProducersOfGroupedAndGatheredKernelsDoNotSpill) {
   namespace fd = finegemm::device;
   struct Case {
     std::string name;
     uint32_t math, producer;
+  };
+  // The K-grouped weight gradient's kernels: run-time K, 1x128 scales of both operands, fp32 reduced into D.
+  auto k_grouped = [](int block_n, int stages) {
+    finegemm::heuristics::KernelConfig c;
+    c.kind = GemmKind::kGroupedK;
+    c.n = 7168;
+    c.k = 0;
+    c.block_m = 128;
+    c.block_n = block_n;
+    c.num_stages = stages;
+    c.sa_mode = fd::kSaMnMajor;
+    c.sb_mode = fd::kSbRowMnMajor;
+    c.output = fd::kOutF32AddToD;
+    return c.kernel_function();
   };
   const std::vector<Case> cases = {
       {kernel_with_sa_mode(GemmKind::kGroupedContiguous, 128, 64, 2048, 8, fd::kSaMnMajor), 224, 56},
@@ -346,6 +361,10 @@ TEST(KernelsCompile, ProducersOfGroupedAndGatheredKernelsDoNotSpill) {
       {kernel_with_sa_mode(GemmKind::kNormal, 128, 192, 16384, 4, fd::kSaKMajorGather), 224, 56},
       {kernel_with_sa_mode(GemmKind::kGroupedContiguous, 128, 192, 2048, 4, fd::kSaMnMajor), 232, 40},
       {kernel_with_sa_mode(GemmKind::kNormal, 256, 128, 16384, 3, fd::kSaMnMajor), 232, 40},
+      {k_grouped(144, 5), 224, 56},
+      {k_grouped(160, 4), 232, 40},
+      {k_grouped(128, 5), 232, 40},
+      {k_grouped(96, 6), 232, 40},
   };
   std::vector<std::string> names;
   for (const Case& c : cases) names.push_back(c.name);

@@ -55,8 +55,8 @@ struct GemmTraits {
   static constexpr uint32_t kWaveRows = Layout::kWaveRows;
   static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
   static constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
-  static constexpr uint32_t kMathRegisters = gemm_math_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode, kSbMode);
-  static constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGrouped, BLOCK_M, BLOCK_N, kSaMode);
+  static constexpr uint32_t kMathRegisters = gemm_math_registers(kGemmKind, BLOCK_M, BLOCK_N, kSaMode, kSbMode);
+  static constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGemmKind, BLOCK_M, BLOCK_N, kSaMode);
 
   // ---- Scales -------------------------------------------------------------------------------------------------
   /// SA by TMA (MN-major, or K-major in boxes 4 K blocks wide) or gathered by the scale warp (K-major, other strides).
