@@ -537,9 +537,16 @@ bool takes_steady_ffma_pass(const KernelConfig& config) {
   // (CUDA events after a 256 MiB memset, median of 30, two rounds, without / with: 1006 rows 4096x7168 at 128x160
   // 58.1, 58.1 / 54.7, 54.8 us, at 128x128 52.4, 52.5 / 51.3, 51.4; DeepGEMM's seed draws of 1 and 2 groups, the
   // picked 128x160 tiles, 58.1, 58.0 / 54.7, 54.9 and 58.4, 58.3 / 55.6, 55.6).
+  // With 1x128 scales of B (the weight gradient: each column promoted by its own factor) only the 128x160 tiles gain
+  // (H200, `finegemm bench`, same binary, two rounds, us, with / without: 7168x4096x16384 925.8, 926.2 / 937.6, 938.2;
+  // 4096x4096x7168 242.1, 242.1 / 244.9, 244.9; 576x4096x7168 38.7, 38.7 / 39.1, 39.1; 7168x4096x2048 138.4, 138.2 /
+  // 138.9, 138.7; but 24576x4096x1536 346.4, 346.6 / 345.0, 344.6); the others lose: 128x144 at 2112x4096x7168 137.9,
+  // 138.1 / 135.7, 135.5; 128x96 at 32768x4096x512 310.4, 311.3 / 308.6, 308.3; forced 128x136 there 145.8, 146.4 /
+  // 135.7, 135.9. The K-grouped kernels lose with it too (128x160, 4 experts 4096x7168: 1526.0, 1526.7 / 1428.5, 1428.6).
+  const bool gains_with_column_scales = config.sb_mode != device::kSbRowMnMajor || config.block_n == 160;
   const bool whole_batches = (config.kind == GemmKind::kNormal || config.kind == GemmKind::kGroupedMasked) &&
                              config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
-  return config.block_m == 256 || whole_batches;
+  return config.block_m == 256 || (whole_batches && gains_with_column_scales);
 }
 
 namespace {

@@ -774,6 +774,10 @@ TEST(Heuristics, WgradTakesWideTilesWhereTheySaveRounds) {
   EXPECT_EQ(b.block_n, 160) << b.describe();
   EXPECT_EQ(b.num_waves, 12);
   EXPECT_EQ(wgrad(2112, 4096, 7168).block_n, 144);
+  // The steady FFMA pass: with the columns' own scales only the 128x160 tiles gain from it.
+  EXPECT_TRUE(fh::takes_steady_ffma_pass(a));
+  EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(2112, 4096, 7168)));
+  EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(32768, 4096, 512)));
   // The forward GEMM's picks (one scale per 128x128 block of B) are not moved: 4096x4096x7168 stays 256x128.
   EXPECT_EQ(fh::select_config(dense(4096, 4096, 7168), 132).block_m, 256);
 }
