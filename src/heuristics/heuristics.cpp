@@ -541,8 +541,8 @@ bool takes_steady_ffma_pass(const KernelConfig& config) {
   // (H200, `finegemm bench`, same binary, two rounds, us, with / without: 7168x4096x16384 925.8, 926.2 / 937.6, 938.2;
   // 4096x4096x7168 242.1, 242.1 / 244.9, 244.9; 576x4096x7168 38.7, 38.7 / 39.1, 39.1; 7168x4096x2048 138.4, 138.2 /
   // 138.9, 138.7; but 24576x4096x1536 346.4, 346.6 / 345.0, 344.6); the others lose: 128x144 at 2112x4096x7168 137.9,
-  // 138.1 / 135.7, 135.5; 128x96 at 32768x4096x512 310.4, 311.3 / 308.6, 308.3; forced 128x136 there 145.8, 146.4 /
-  // 135.7, 135.9. The K-grouped kernels lose with it too (128x160, 4 experts 4096x7168: 1526.0, 1526.7 / 1428.5, 1428.6).
+  // 138.1 / 135.7, 135.5; 128x96 at 32768x4096x512 310.4, 311.3 / 308.6, 308.3. The K-grouped kernels lose with it
+  // too (128x160, 4 experts 4096x7168: 1526.0, 1526.7 / 1428.5, 1428.6).
   const bool gains_with_column_scales = config.sb_mode != device::kSbRowMnMajor || config.block_n == 160;
   const bool whole_batches = (config.kind == GemmKind::kNormal || config.kind == GemmKind::kGroupedMasked) &&
                              config.block_m == 128 && config.block_n > 64 && config.block_n < 192;

@@ -503,8 +503,8 @@ TEST(KernelsCompile, KLoopsBuildTheirWgmmaDescriptorsInUniformRegisters) {
 TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPass) {
   // The heuristic gives the steady FFMA pass (promotion runs issued without yielding) to the 256-row kernels and the
   // dense and masked 128-row ones with whole batches (BLOCK_N 72-184; with 1x128 scales of B, 128x160 only), and no
-  // other kernel a pass; the runtime
-  // applies it after compiling, keys the cache by it, and drops it under FINEGEMM_DISABLE_SASS_PASS.
+  // other kernel a pass; the runtime applies it after compiling, keys the cache by it, and drops it under
+  // FINEGEMM_DISABLE_SASS_PASS.
   std::set<int> with_pass, without_pass;
   std::string steady_kernel;
   for (const Problem& p : seed_problems()) {
