@@ -940,8 +940,9 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // tiles per CTA through the 128-row ping-pong path and the overlapped epilogue), one split-K case (63x576x7168:
   // two CTAs of a cluster, partial sums through distributed shared memory), one with B loaded two stages per wait
   // (129x7232x1408: 11 K blocks, a 6-stage ring, the last K block alone), one with 128x192 half batches (769x3072x768:
-  // 6 K blocks, SB read by every math thread), one contiguous, one masked, and two weight-gradient cases (1x128 SB,
-  // C's tile loaded into the output tile): 65x136x576 with C aliasing D, 300x264x640 with a separate C. The dense
+  // 6 K blocks, SB read by every math thread), one contiguous, one masked, and three weight-gradient cases (1x128 SB,
+  // C's tile loaded into the output tile): 65x136x576 and 456x1024x512 (a last row block of 72 rows, kept where it
+  // falls) with C aliasing D, 300x264x640 with a separate C. The dense
   // wide tail has a case of its own (SanitizerWideTail), the psum layout too (SanitizerPsumCases). Then the K-grouped
   // weight gradient (3 experts, the middle one without tokens, M off the tile; adding into D, then overwriting it).
   // Two decode calls of 3 rows load SA once per CTA (3x576x4096; split-K at 3x2112x7168), MN-major SA allocated to
@@ -956,6 +957,7 @@ TEST_F(Gpu, SanitizerSmallCases) {
                                      shape(GemmKind::kGroupedMasked, 3, 130, 576, 256),
                                      wgrad(65, 136, 576),
                                      wgrad(300, 264, 640),
+                                     wgrad(456, 1024, 512),
                                      shape(GemmKind::kGroupedK, 3, 136, 264, 256)};
   int i = 0;
   for (const auto& s : shapes)

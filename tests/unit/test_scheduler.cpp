@@ -23,11 +23,12 @@ struct Visit {
   int compute_rows;
 };
 
-template <fd::GemmKind kKind, int BM, int BN, int NB, bool kWideTail = false>
+template <fd::GemmKind kKind, int BM, int BN, int NB, bool kWideTail = false, bool kClipLongTail = false>
 std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout, int num_ctas) {
   std::vector<std::vector<Visit>> per_cta(static_cast<size_t>(num_ctas));
   for (int cta = 0; cta < num_ctas; ++cta) {
-    fd::TileScheduler<kKind, BM, BN, NB, kWideTail> s(rows, groups, layout, cta, num_ctas);
+    fd::TileScheduler<kKind, BM, BN, NB, kWideTail, fd::kDefaultRasterBand, kClipLongTail> s(rows, groups, layout, cta,
+                                                                                            num_ctas);
     fd::Tile t;
     while (s.next(t))
       per_cta[size_t(cta)].push_back({cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows,
@@ -56,9 +57,9 @@ std::vector<int> router_counts(uint32_t seed) {
   return counts;
 }
 
-template <int BM, int BN, int NB, bool kWideTail = false>
+template <int BM, int BN, int NB, bool kWideTail = false, bool kClipLongTail = false>
 void check_normal(int m, int num_ctas) {
-  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kWideTail>(m, 1, nullptr, num_ctas);
+  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kWideTail, kClipLongTail>(m, 1, nullptr, num_ctas);
   std::map<std::pair<int, int>, int> seen;
   int num_tiles = 0;
   for (const auto& cta : visits)
@@ -77,12 +78,17 @@ void check_normal(int m, int num_ctas) {
   EXPECT_EQ(num_tiles, int(fd::gemm_dense_tiles(m, NB, BM, kWideTail))) << "m=" << m;
   // Each output row is written by exactly one tile per n-block, and with M >= BLOCK_M no tile reaches more than 3
   // rows past row M (the last row block moves up to a multiple of 4 rows; its rows before first_row belong to the
-  // block before; a wide tail's 128 rows likewise).
+  // block before; a wide tail's 128 rows likewise), but a last block of more than BLOCK_M / 2 rows in the kernels that
+  // keep it where it falls (kClipLongTail).
   std::vector<int> written(size_t(m) * NB, 0);
   for (const auto& cta : visits)
     for (const auto& v : cta) {
       EXPECT_EQ(v.row_base % 4, 0);
-      if (m >= BM) {
+      const bool kept = kClipLongTail && m >= BM && m % BM > BM / 2 && v.m_block == m / BM;
+      if (kept) {
+        EXPECT_EQ(v.row_base, v.m_block * BM) << "m=" << m;
+        EXPECT_EQ(v.first_row, 0) << "m=" << m;
+      } else if (m >= BM) {
         EXPECT_LE(v.row_base + v.row_limit, m + 3) << "m=" << m << " m_block " << v.m_block;
       } else {
         EXPECT_EQ(v.row_base, 0);
@@ -107,8 +113,34 @@ TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
       check_normal<256, 128, 16, true>(m, ctas);
       check_normal<128, 112, 64>(m, ctas);
       check_normal<128, 128, 33>(m, ctas);
+      check_normal<128, 144, 29, false, true>(m, ctas);
+      check_normal<128, 160, 26, false, true>(m, ctas);
     }
   }
+}
+
+TEST(Scheduler, WeightGradientKeepsALongLastRowBlockWhereItFalls) {
+  // Dense kernels with 1x128 SB (gemm_dense_clips_long_tail): a last block of more than 64 of its 128 rows stays
+  // where it falls, so that no warpgroup's rows are shared with the block before; one of at most 64 rows still moves
+  // up, its first warpgroup's rows then all the block before's.
+  static_assert(fd::gemm_dense_clips_long_tail(false, fd::kSbRowMnMajor));
+  static_assert(!fd::gemm_dense_clips_long_tail(true, fd::kSbRowMnMajor));
+  static_assert(!fd::gemm_dense_clips_long_tail(false, fd::kSbBlock));
+  const auto last_block = [](int m) {
+    const auto visits = walk<fd::GemmKind::kNormal, 128, 144, 29, false, true>(m, 1, nullptr, 132);
+    for (const auto& cta : visits)
+      for (const auto& v : cta)
+        if (v.m_block == (m - 1) / 128 && v.n_block == 0) return v;
+    return Visit{};
+  };
+  const Visit kept = last_block(1000);  // 104 rows in the last block
+  EXPECT_EQ(kept.row_base, 896);
+  EXPECT_EQ(kept.first_row, 0);
+  EXPECT_EQ(kept.compute_rows, 104);
+  const Visit moved = last_block(2112);  // 64 rows
+  EXPECT_EQ(moved.row_base, 1984);
+  EXPECT_EQ(moved.first_row, 64);
+  EXPECT_EQ(moved.compute_rows, 128);
 }
 
 TEST(Scheduler, DenseTailOfAtMostHalfATileRunsAsWideTiles) {

@@ -46,7 +46,7 @@ struct Tile {
 };
 
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, bool kWideTail = false,
-          int kRasterBand = kDefaultRasterBand>
+          int kRasterBand = kDefaultRasterBand, bool kClipLongTail = false>
 struct TileScheduler {
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
   static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
@@ -377,8 +377,10 @@ struct TileScheduler {
       // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
       // past A (a box reaching far past the end measured up to 28% slower on an H100).
       // The rows it shares with the block before are computed twice and written only by that block.
+      // kClipLongTail (gemm_dense_clips_long_tail): a block of more than BLOCK_M / 2 rows stays where it falls.
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
-      if (num_rows >= BLOCK_M && moved_base < tile.row_base) {
+      const bool stays = kClipLongTail && num_rows - tile.row_base > BLOCK_M / 2;
+      if (num_rows >= BLOCK_M && moved_base < tile.row_base && !stays) {
         tile.first_row = tile.row_base - moved_base;
         tile.row_base = moved_base;
       }
