@@ -120,12 +120,14 @@ TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
 }
 
 TEST(Scheduler, WeightGradientKeepsALongLastRowBlockWhereItFalls) {
-  // Dense kernels with 1x128 SB (gemm_dense_clips_long_tail): a last block of more than 64 of its 128 rows stays
-  // where it falls, so that no warpgroup's rows are shared with the block before; one of at most 64 rows still moves
-  // up, its first warpgroup's rows then all the block before's.
-  static_assert(fd::gemm_dense_clips_long_tail(false, fd::kSbRowMnMajor));
-  static_assert(!fd::gemm_dense_clips_long_tail(true, fd::kSbRowMnMajor));
-  static_assert(!fd::gemm_dense_clips_long_tail(false, fd::kSbBlock));
+  // Dense kernels with 1x128 SB and fp32 output (gemm_dense_clips_long_tail): a last block of more than 64 of its 128
+  // rows stays where it falls, so that no warpgroup's rows are shared with the block before; one of at most 64 rows
+  // still moves up, its first warpgroup's rows then all the block before's.
+  static_assert(fd::gemm_dense_clips_long_tail(false, fd::kSbRowMnMajor, fd::kOutF32AddToD));
+  static_assert(fd::gemm_dense_clips_long_tail(false, fd::kSbRowMnMajor, fd::kOutF32));
+  static_assert(!fd::gemm_dense_clips_long_tail(false, fd::kSbRowMnMajor, fd::kOutBf16));
+  static_assert(!fd::gemm_dense_clips_long_tail(true, fd::kSbRowMnMajor, fd::kOutF32AddToD));
+  static_assert(!fd::gemm_dense_clips_long_tail(false, fd::kSbBlock, fd::kOutBf16));
   const auto last_block = [](int m) {
     const auto visits = walk<fd::GemmKind::kNormal, 128, 144, 29, false, true>(m, 1, nullptr, 132);
     for (const auto& cta : visits)

@@ -232,14 +232,13 @@ FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_
 
 /// Whether a dense kernel keeps a last row block of more than BLOCK_M / 2 rows where it falls (its rows past M read as
 /// zeros by TMA and clipped from the stores) instead of moving it up to end at row M (TileScheduler's kClipLongTail):
-/// those with 1x128 SB, the weight gradient's (and their bf16-output form, not timed). A moved-up block shares up to
-/// BLOCK_M / 2 - 1 rows with the block before, so one math warpgroup writes its rows row by row, into an fp32 D with
-/// atomic adds. H200, weight gradient 1000x4096x7168 (104 rows in the last block): 65.7 -> 63.0 us kept where it
-/// falls. A block of at most BLOCK_M / 2 rows still moves up: the shared rows are then a whole warpgroup's, which
-/// stores nothing, and A's box stays within 3 rows of row M (kept where they fall, such blocks ran slower:
-/// 2112x4096x7168 136.1 -> 137.9 us, 2112x4096x2048 49.0 -> 51.0).
-FG_HOST_DEVICE constexpr bool gemm_dense_clips_long_tail(bool grouped, uint32_t sb_mode) {
-  return !grouped && sb_mode == kSbRowMnMajor;
+/// the weight gradient's (1x128 SB, fp32 output). A moved-up block shares up to BLOCK_M / 2 - 1 rows with the block
+/// before, so one math warpgroup reduces its rows into D row by row with atomic adds. H200, 1000x4096x7168 (104 rows in
+/// the last block): 65.7 -> 63.0 us kept where it falls. A block of at most BLOCK_M / 2 rows still moves up: the shared
+/// rows are then a whole warpgroup's, which stores nothing, and A's box stays within 3 rows of row M (kept where they
+/// fall, such blocks ran slower: 2112x4096x7168 136.1 -> 137.9 us, 2112x4096x2048 49.0 -> 51.0).
+FG_HOST_DEVICE constexpr bool gemm_dense_clips_long_tail(bool grouped, uint32_t sb_mode, uint32_t output) {
+  return !grouped && sb_mode == kSbRowMnMajor && output != kOutBf16;
 }
 
 /// Whether a kernel also gets a 128-row box of A (GemmArgs::tma_a_half) for the tiles that compute at most 128 rows:
