@@ -140,6 +140,20 @@ struct GroupedKMaps {
   }
 };
 
+/// Whether the SA loaded once comes by one bulk copy and, for its last K block, 4-byte copies (MN-major SA with
+/// M_pad = 4) rather than by its tensor map. The copies then complete the barrier `sa_full` with an arrival of their
+/// own, which it is initialized to expect (gemm_sa_once_arrivals).
+template <class Cfg>
+FG_DEVICE bool gemm_sa_once_by_copies(const GemmArgs& args) {
+  return Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr;
+}
+
+/// The arrivals `sa_full` expects: A's issuer's expect_tx, and that of its 4-byte copies where it issues them.
+template <class Cfg>
+FG_DEVICE uint32_t gemm_sa_once_arrivals(const GemmArgs& args) {
+  return gemm_sa_once_by_copies<Cfg>(args) ? 2 : 1;
+}
+
 /// A's issuer: per stage, A's tile and, when SA goes by TMA, the stage's SA box (or, loaded once, all of SA first).
 /// `kb_begin`: the first of the K blocks this CTA computes of each tile (split-K).
 template <class Cfg>
@@ -155,14 +169,15 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
     // MN-major SA with M_pad = 4 is the box's bytes in order: one bulk copy (the box of KB rows of 16 bytes measured
     // slower), but for the last K block, whose padding past the call's rows may lie past SA's allocation: its rows
     // come by 4-byte copies, the padding zero-filled as TMA fills it.
-    if (Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr) {
+    if (gemm_sa_once_by_copies<Cfg>(args)) {
       constexpr uint32_t kLastBlock = (Layout::kNumKBlocks - 1) * gemm_sa_once_rows(kSaMnMajorOnce);
 #pragma unroll
       for (uint32_t r = 0; r < gemm_sa_once_rows(kSaMnMajorOnce); ++r) {
         const bool valid = int32_t(r) < args.num_a_rows;
         ptx::cp_async_f32(smem.sa + kLastBlock + r, args.sa + (valid ? kLastBlock + r : 0), valid);
       }
-      ptx::mbarrier_arrive_on_cp_async(smem.sa_full);
+      // An arrival the barrier expects (.noinc; synccheck reports the counting form, which adds one, as a missing wait).
+      ptx::mbarrier_arrive_on_cp_async_noinc(smem.sa_full);
       ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes - 16);
       ptx::bulk_load(smem.sa, args.sa, Cfg::kSaOnceTxBytes - 16, smem.sa_full);
     } else {

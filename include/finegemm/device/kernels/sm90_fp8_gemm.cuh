@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       ptx::mbarrier_init(smem.exchange_empty, 1);  // CTA 0's thread 0, once all its math threads read the sums
     }
     if constexpr (kTileRing) init_tile_ring(tile_ring, kNumMathThreads);
-    if constexpr (Cfg::kSaOnce) ptx::mbarrier_init(smem.sa_full, 1);  // A's issuer's expect_tx; SA's bytes complete it
+    // A's issuer's expect_tx (and its copies' arrival); SA's bytes complete it.
+    if constexpr (Cfg::kSaOnce) ptx::mbarrier_init(smem.sa_full, gemm_sa_once_arrivals<Cfg>(args));
     if constexpr (Cfg::kAddC) {
       for (uint32_t i = 0; i < Cfg::kNumDTiles; ++i) {
         ptx::mbarrier_init(smem.c_full + i, 1);  // A's issuer's expect_tx; C's TMA bytes complete it

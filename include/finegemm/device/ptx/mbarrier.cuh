@@ -31,12 +31,6 @@ FG_DEVICE void mbarrier_arrive_on_cp_async_noinc(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-/// An arrive on `bar` once this thread's earlier cp.async copies have landed; the barrier's pending count is raised by
-/// one first, so it adds to the arrivals the barrier was initialized to expect.
-FG_DEVICE void mbarrier_arrive_on_cp_async(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
 FG_DEVICE void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
