@@ -88,10 +88,12 @@ std::vector<std::shared_ptr<const fj::KernelBinary>> compile_all(const std::vect
   return binaries;
 }
 
-/// What the compiler log must not say: local-memory spills, or wgmmas serialized (ptxas C75xx "Potential
-/// Performance Loss" notes: a wait after every wgmma, which the kernel's in-flight accumulators exist to avoid).
+/// What the compiler log must not say: local-memory spills, wgmmas serialized (ptxas C75xx "Potential Performance
+/// Loss" notes: a wait after every wgmma, which the kernel's in-flight accumulators exist to avoid), or any front-end
+/// warning (an unreachable loop or an unused constant in some instantiation: noise in every user's debug log).
 void expect_clean_log(const std::string& name, const fj::KernelBinary& b) {
   EXPECT_EQ(fj::spill_bytes_from_log(b.log), 0) << name << "\n" << b.log;
+  EXPECT_EQ(b.log.find("warning #"), std::string::npos) << name << ": compiler warning\n" << b.log;
   EXPECT_EQ(b.log.find("serialized"), std::string::npos) << name << ": ptxas serialized the wgmmas\n" << b.log;
   EXPECT_EQ(b.log.find("warpgroup.wait is injected"), std::string::npos) << name << "\n" << b.log;
 }

@@ -199,20 +199,20 @@ struct MathWarpgroup {
           out[j * 4 + c] = Assign::value ? scaled : out[j * 4 + c] + scaled;
         }
       }
-      return;
-    }
+    } else {
 #pragma unroll
-    for (uint32_t g = 0; g < Cfg::kNumScaleGranules; ++g) {
-      const bool first = Cfg::kUniformScaleB || g < first_granules;
-      const float scale_r0 = first ? sc.r0_first : sc.r0_second;
-      const float scale_r1 = first ? sc.r1_first : sc.r1_second;
+      for (uint32_t g = 0; g < Cfg::kNumScaleGranules; ++g) {
+        const bool first = Cfg::kUniformScaleB || g < first_granules;
+        const float scale_r0 = first ? sc.r0_first : sc.r0_second;
+        const float scale_r1 = first ? sc.r1_first : sc.r1_second;
 #pragma unroll
-      for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
-        if (j / kPartQuads != Part::value) continue;
+        for (uint32_t j = g * kScaleGranule / 8; j < (g + 1) * kScaleGranule / 8; ++j) {
+          if (j / kPartQuads != Part::value) continue;
 #pragma unroll
-        for (uint32_t c = 0; c < 4; ++c) {
-          const float scaled = (c < 2 ? scale_r0 : scale_r1) * acc[j * 4 + c];
-          out[j * 4 + c] = Assign::value ? scaled : out[j * 4 + c] + scaled;
+          for (uint32_t c = 0; c < 4; ++c) {
+            const float scaled = (c < 2 ? scale_r0 : scale_r1) * acc[j * 4 + c];
+            out[j * 4 + c] = Assign::value ? scaled : out[j * 4 + c] + scaled;
+          }
         }
       }
     }
@@ -280,7 +280,10 @@ struct MathWarpgroup {
           }
         }
       };
-      for (uint32_t group = 0; group < kKBlocksPerCta / kKDepth; ++group) run_group(kKDepth);
+      constexpr uint32_t kWholeGroups = kKBlocksPerCta / kKDepth;
+      if constexpr (kWholeGroups > 0) {
+        for (uint32_t group = 0; group < kWholeGroups; ++group) run_group(kKDepth);
+      }
       if constexpr (kKBlocksPerCta % kKDepth != 0) run_group(kKBlocksPerCta % kKDepth);
     } else {
       // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to compute is
@@ -390,8 +393,8 @@ struct MathWarpgroup {
     // (same-run DeepGEMM ratios in parentheses), masked 32 groups 6144x7168 549.1 (0.966) -> 532.7 (0.995) us and
     // 7168x3072 289.7 (0.985) -> 278.7 (1.023); as psum 549.8 (0.962) -> 536.9 (0.986).
     auto k_loops_with = [&](auto wide, auto waves) {
-      constexpr uint32_t kWaves = decltype(waves)::value;
       if constexpr (Cfg::kPassesIdleTurns) {
+        constexpr uint32_t kWaves = decltype(waves)::value;
         const int32_t my_rows = tile.compute_rows - int32_t(math_wg * kWarpgroupRows);
         if (my_rows <= 0) {
           pass_turns(waves, num_kb);
