@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, the dense
 # wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row contiguous tiles, on 128x192 tiles with
-# half batches, on the weight gradients' 128x160 tiles, dense and K-grouped, and on the dense one's C loaded a tile
-# ahead (memcheck, racecheck, synccheck); fails on any report. From the repository root:
+# half batches, on the weight gradients' 128x160 tiles, dense and K-grouped, on the dense one's C loaded a tile
+# ahead, and the decode chain with PDL (memcheck, racecheck, synccheck); fails on any report. From the repository
+# root:
 #   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
 set -uo pipefail
 BUILD=${1:-build-device}
@@ -61,5 +62,17 @@ if [ -x "$BUILD/finegemm" ]; then
   cli_cases wgrad-ahead "wgrad C loaded ahead, 128x96 tiles" cahead=1,bm=128,bn=96 tests/sanitizer/wgrad.csv
   # The K-grouped kernel's widest tile over experts of drawn sizes (some without tokens), D reduced into by TMA.
   cli_cases kgrouped "kgrouped 128x160 tiles" bm=128,bn=160 tests/sanitizer/kgrouped.csv
+  # The decode chain as a model runs it (bench --chain: each layer a per-token quantization then its GEMM, in CUDA
+  # graphs with programmatic dependent launch off and on, B's first K blocks fetched before the wait): 2 layers,
+  # M = 1 (SA loaded once per CTA) and 64, N x K 2112x7168 (split-K over 2-CTA clusters) and 4096x7168.
+  for tool in memcheck racecheck synccheck; do
+    log="$OUT_DIR/sanitizer-chain-$tool.log"
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/finegemm" bench --chain --layers 2 \
+      --m 1,64 --iters 20 --shapes tests/sanitizer/chain.csv > "$log" 2>&1
+    rc=$?
+    errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
+    echo "sanitizer $tool (decode chain, PDL off and on): rc=$rc ${errors:-no summary line}"
+    [ $rc -eq 0 ] || status=1
+  done
 fi
 exit $status
