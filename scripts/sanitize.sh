@@ -63,8 +63,8 @@ if [ -x "$BUILD/finegemm" ]; then
   # The K-grouped kernel's widest tile over experts of drawn sizes (some without tokens), D reduced into by TMA.
   cli_cases kgrouped "kgrouped 128x160 tiles" bm=128,bn=160 tests/sanitizer/kgrouped.csv
   # The decode chain as a model runs it (bench --chain: each layer a per-token quantization then its GEMM, in CUDA
-  # graphs with programmatic dependent launch off and on, B's first K blocks fetched before the wait): 2 layers,
-  # M = 1 (SA loaded once per CTA) and 64, N x K 2112x7168 (split-K over 2-CTA clusters) and 4096x7168.
+  # graphs with programmatic dependent launch off and on): 2 layers, M = 1 (SA loaded once per CTA) and 64, N x K
+  # 2112x7168 (split-K over 2-CTA clusters) and 4096x7168.
   for tool in memcheck racecheck synccheck; do
     log="$OUT_DIR/sanitizer-chain-$tool.log"
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/finegemm" bench --chain --layers 2 \
