@@ -11,24 +11,25 @@ OUT_DIR=${2:-.}
 TESTS="$BUILD/tests/finegemm_gpu_tests"
 FILTER=${FINEGEMM_SANITIZE_FILTER:-Gpu.SanitizerSmallCases:Gpu.SanitizerPsumCases}
 status=0
-for tool in memcheck racecheck synccheck initcheck; do
-  log="$OUT_DIR/sanitizer-$tool.log"
-  timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" --gtest_filter="$FILTER" > "$log" 2>&1
-  rc=$?
-  errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-  echo "sanitizer $tool: rc=$rc ${errors:-no summary line}"
+# sanitize TOOL LOG LABEL COMMAND...: COMMAND under compute-sanitizer's TOOL (at most 300 s), its output in
+# $OUT_DIR/sanitizer-LOG.log; prints the tool's summary line and fails the script on any report.
+sanitize() {
+  local tool=$1 log="$OUT_DIR/sanitizer-$2.log" label=$3
+  shift 3
+  timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" > "$log" 2>&1
+  local rc=$?
+  local summary
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
+  echo "sanitizer $tool$label: rc=$rc ${summary:-no summary line}"
   [ $rc -eq 0 ] || status=1
+}
+for tool in memcheck racecheck synccheck initcheck; do
+  sanitize "$tool" "$tool" "" "$TESTS" --gtest_filter="$FILTER"
 done
 # The dense wide tail (racecheck took over 300 s on it; its wide tiles' shared-memory use is the contiguous kernels',
 # which the CLI cases below racecheck).
 for tool in memcheck synccheck initcheck; do
-  log="$OUT_DIR/sanitizer-wide-tail-$tool.log"
-  timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" --gtest_filter=Gpu.SanitizerWideTail \
-    > "$log" 2>&1
-  rc=$?
-  errors=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
-  echo "sanitizer $tool (dense wide tail): rc=$rc ${errors:-no summary line}"
-  [ $rc -eq 0 ] || status=1
+  sanitize "$tool" "wide-tail-$tool" " (dense wide tail)" "$TESTS" --gtest_filter=Gpu.SanitizerWideTail
 done
 # The CLI on a shape file with forced tiles, both SA layouts, under memcheck, racecheck and synccheck.
 #   cli_cases NAME "DESCRIPTION" FORCE_CONFIG SHAPES_CSV
@@ -36,13 +37,8 @@ cli_cases() {
   local name=$1 what=$2 force=$3 shapes=$4
   for sa in mn k; do
     for tool in memcheck racecheck synccheck; do
-      log="$OUT_DIR/sanitizer-$name-$tool-$sa.log"
-      FINEGEMM_FORCE_CONFIG=$force timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$BUILD/finegemm" bench --shapes "$shapes" --iters 1 --sa "$sa" > "$log" 2>&1
-      rc=$?
-      errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-      echo "sanitizer $tool ($what, SA $sa): rc=$rc ${errors:-no summary line}"
-      [ $rc -eq 0 ] || status=1
+      FINEGEMM_FORCE_CONFIG=$force sanitize "$tool" "$name-$tool-$sa" " ($what, SA $sa)" \
+        "$BUILD/finegemm" bench --shapes "$shapes" --iters 1 --sa "$sa"
     done
   done
 }
@@ -66,13 +62,8 @@ if [ -x "$BUILD/finegemm" ]; then
   # graphs with programmatic dependent launch off and on): 2 layers, M = 1 (SA loaded once per CTA) and 64, N x K
   # 2112x7168 (split-K over 2-CTA clusters) and 4096x7168.
   for tool in memcheck racecheck synccheck; do
-    log="$OUT_DIR/sanitizer-chain-$tool.log"
-    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/finegemm" bench --chain --layers 2 \
-      --m 1,64 --iters 20 --shapes tests/sanitizer/chain.csv > "$log" 2>&1
-    rc=$?
-    errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-    echo "sanitizer $tool (decode chain, PDL off and on): rc=$rc ${errors:-no summary line}"
-    [ $rc -eq 0 ] || status=1
+    sanitize "$tool" "chain-$tool" " (decode chain, PDL off and on)" \
+      "$BUILD/finegemm" bench --chain --layers 2 --m 1,64 --iters 20 --shapes tests/sanitizer/chain.csv
   done
 fi
 exit $status
