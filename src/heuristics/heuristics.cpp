@@ -587,7 +587,8 @@ bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
 /// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in dense kernels
-/// without split-K, BLOCK_M <= 128 and BLOCK_N >= 64 (what the kernel requires; elsewhere it ignores the flag).
+/// of at most 128 rows without split-K and BLOCK_N >= 64, and in the 64x32 kernels (what the kernel allows, its
+/// kBPairs; elsewhere it ignores the flag).
 /// Measured on an H100, us without / with pairs:
 /// 128x24576x1536 (219 FLOP/B) 20.4 -> 19.7-19.9, 64x7168x16384 (126) 49.3-49.4 -> 48.2-48.4, 256x32768x512 (255)
 /// 18.4-18.5 -> 17.1-17.2, 256x24576x1536 (381) 25.0-25.7 -> 24.5-24.7, 128x32768x512 (340) 12.2-12.4 -> 11.8-11.9
@@ -595,11 +596,17 @@ bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
 /// bounds the call: 384x7168x16384 (700 FLOP/B, one wave) 74.0-75.7 -> 79.0-79.7, and, with pairs in every kernel,
 /// 4096x2112x7168 91.3 -> 95.6 and 4096x24576x1536 242.4 -> 249.2 (our reading: there the second stage's wait holds
 /// back the first's load); 384x4096x7168 (638) 22.7-23.1 -> 22.4-22.9.
+/// The 64x32 decode tiles (split-K included) pair too. Measured on an H200 (`bench --chain`, 16 layers, PDL on, us
+/// per layer, two rounds, without -> with): 1x4096x7168 11.74, 11.82 -> 10.83, 10.81; 64x4096x7168 12.81, 12.81 ->
+/// 12.60, 12.64; 1x2112x7168 8.29, 8.27 -> 8.00, 8.02; 16x2112x7168 8.78, 8.79 -> 8.64, 8.69; plain calls after the
+/// bench's memset flush within 0.1 us at 2112x7168 and 0.1-0.2 us slower at 4096x7168 (M = 1-32, about 11.7 us). The
+/// 128x32 tiles (9-10 stages) lost with pairs: 128x2112x7168 11.48 -> 11.65, 128x4096x7168 15.04 -> 15.24 (chain).
 constexpr double kBPairsMaxFlopsPerByte = 500.0;
 
 /// Whether the kernel for `c` can pair B's stages (its kBPairs); FINEGEMM_FORCE_CONFIG=bpairs=1 pairs only these.
 bool b_pairs_allowed(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && c.split_k == 1 && c.block_m <= 128 && c.block_n >= 64;
+  return p.kind == GemmKind::kNormal && c.block_m <= 128 &&
+         ((c.split_k == 1 && c.block_n >= 64) || (c.block_m == 64 && c.block_n == 32));
 }
 
 bool b_pairs_pay(const Problem& p, const KernelConfig& c) {

@@ -115,9 +115,10 @@ struct GemmTraits {
   static constexpr bool kWideTiles = Scheduler::kWideTiles;
   static constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
   /// B's issuer may fill two stages per empty wait (GemmArgs::b_pairs, set on the host where the call streams B):
-  /// dense kernels without split-K with BLOCK_M <= 128 and BLOCK_N >= 64 (the 256-row kernels, picked for many
-  /// tiles, keep their code).
-  static constexpr bool kBPairs = kGemmKind == GemmKind::kNormal && kSplitK == 1 && BLOCK_M <= 128 && BLOCK_N >= 64;
+  /// dense kernels of at most 128 rows without split-K and BLOCK_N >= 64, and the 64x32 decode kernels, split-K
+  /// included (the 256-row kernels, picked for many tiles, keep their code).
+  static constexpr bool kBPairs = kGemmKind == GemmKind::kNormal && BLOCK_M <= 128 &&
+                                  ((kSplitK == 1 && BLOCK_N >= 64) || (BLOCK_M == 64 && BLOCK_N == 32));
 
   // ---- The math warpgroups' K loop ----------------------------------------------------------------------------
   /// Two ways to keep the tensor pipe busy while a warpgroup promotes:
