@@ -586,9 +586,8 @@ bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
 }
 
 /// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
-/// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in dense kernels
-/// of at most 128 rows without split-K and BLOCK_N >= 64, and in the 64x32 kernels (what the kernel allows, its
-/// kBPairs; elsewhere it ignores the flag).
+/// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in the kernels
+/// that have the code (device::gemm_may_pair_b_stages; elsewhere the kernel ignores the flag).
 /// Measured on an H100, us without / with pairs:
 /// 128x24576x1536 (219 FLOP/B) 20.4 -> 19.7-19.9, 64x7168x16384 (126) 49.3-49.4 -> 48.2-48.4, 256x32768x512 (255)
 /// 18.4-18.5 -> 17.1-17.2, 256x24576x1536 (381) 25.0-25.7 -> 24.5-24.7, 128x32768x512 (340) 12.2-12.4 -> 11.8-11.9
@@ -605,8 +604,8 @@ constexpr double kBPairsMaxFlopsPerByte = 500.0;
 
 /// Whether the kernel for `c` can pair B's stages (its kBPairs); FINEGEMM_FORCE_CONFIG=bpairs=1 pairs only these.
 bool b_pairs_allowed(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && c.block_m <= 128 &&
-         ((c.split_k == 1 && c.block_n >= 64) || (c.block_m == 64 && c.block_n == 32));
+  return device::gemm_may_pair_b_stages(static_cast<device::GemmKind>(p.kind), uint32_t(c.block_m),
+                                        uint32_t(c.block_n), uint32_t(c.split_k));
 }
 
 bool b_pairs_pay(const Problem& p, const KernelConfig& c) {

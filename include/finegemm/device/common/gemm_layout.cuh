@@ -279,6 +279,16 @@ FG_HOST_DEVICE constexpr bool gemm_may_prefetch_b_under_pdl(GemmKind kind, uint3
          k_blocks_per_cta <= kPdlPrefetchMaxKBlocks;
 }
 
+/// Whether a kernel has the code that lets B's issuer fill two stages per empty wait (GemmArgs::b_pairs; the
+/// heuristic's b_pairs_pay sets it where the call streams B): dense kernels of at most 128 rows without split-K and
+/// BLOCK_N >= 64, and the 64x32 decode kernels, split-K included (the 256-row kernels, picked for many tiles, keep
+/// their code).
+FG_HOST_DEVICE constexpr bool gemm_may_pair_b_stages(GemmKind kind, uint32_t block_m, uint32_t block_n,
+                                                     uint32_t split_k) {
+  return kind == GemmKind::kNormal && block_m <= 128 &&
+         ((split_k == 1 && block_n >= 64) || (block_m == 64 && block_n == 32));
+}
+
 /// Whether `rows` (M) ends in a last row block of at most half a tile and is not that block alone: the block a wide
 /// tail runs as wide tiles.
 /// (Any signed integer type: the scheduler's walk does this in 32 bits.)

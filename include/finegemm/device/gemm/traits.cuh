@@ -114,11 +114,8 @@ struct GemmTraits {
   /// kWideTail run a last row block (dense) or each group's last block (masked, psum) of at most 128 rows so.
   static constexpr bool kWideTiles = Scheduler::kWideTiles;
   static constexpr uint32_t kWideBOffset = (BLOCK_M / 2) * kBlockK;  // the second B tile, in the A stage
-  /// B's issuer may fill two stages per empty wait (GemmArgs::b_pairs, set on the host where the call streams B):
-  /// dense kernels of at most 128 rows without split-K and BLOCK_N >= 64, and the 64x32 decode kernels, split-K
-  /// included (the 256-row kernels, picked for many tiles, keep their code).
-  static constexpr bool kBPairs = kGemmKind == GemmKind::kNormal && BLOCK_M <= 128 &&
-                                  ((kSplitK == 1 && BLOCK_N >= 64) || (BLOCK_M == 64 && BLOCK_N == 32));
+  /// B's issuer may fill two stages per empty wait (GemmArgs::b_pairs, set on the host where the call streams B).
+  static constexpr bool kBPairs = gemm_may_pair_b_stages(kGemmKind, BLOCK_M, BLOCK_N, kSplitK);
 
   // ---- The math warpgroups' K loop ----------------------------------------------------------------------------
   /// Two ways to keep the tensor pipe busy while a warpgroup promotes:
