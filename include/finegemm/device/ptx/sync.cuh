@@ -17,6 +17,10 @@ FG_DEVICE void named_barrier_arrive(uint32_t id, uint32_t num_threads) {
 
 FG_DEVICE void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 
+/// barrier.cluster.arrive.relaxed: arrives without ordering this thread's earlier memory operations for the cluster;
+/// what the peer CTAs must see first needs its own fence (fence.mbarrier_init for barrier initialization).
+FG_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+
 FG_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 FG_DEVICE uint32_t cluster_cta_rank() {
