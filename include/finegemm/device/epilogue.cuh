@@ -38,8 +38,8 @@ struct EpilogueTile {
   static constexpr uint32_t kSlabBytes = BLOCK_M * kSlabRowBytes;
   /// One buffer: a part's slabs (1024-aligned, as the layout's kDTileBytes).
   static constexpr uint32_t kBufferBytes = align_up(kNumSlabs * kSlabBytes, 1024u);
-  static_assert(kStoreBuffers == 1 || (kStoreBuffers == 2 && kNumParts > 1 && kOutBytes == 4),
-                "fp32 parts may alternate between two buffers");
+  static_assert(kStoreBuffers == 1 || (kStoreBuffers <= 4 && kNumParts > 1 && kOutBytes == 4),
+                "fp32 parts may go through up to four buffers in turn");
   static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
 
@@ -104,16 +104,10 @@ struct EpilogueTile {
     if constexpr (kAddC) ptx::mbarrier_wait(c_full, c_phase);
 #pragma unroll
     for (uint32_t part = 0; part < kNumParts; ++part) {
-      // The part's buffer is free once the stores that last read it have: with one buffer the previous part's (or
-      // tile's); with two, those of the part before the previous one (the previous tile's, for the first part).
+      // The part's buffer is free once the stores that last read it have (wait_for_buffer).
       uint8_t* const buffer = smem_d + (part % kStoreBuffers) * kBufferBytes;
       if constexpr (!kAddC) {
-        if (wg_thread == 0) {
-          if (kStoreBuffers == 1 || part == 0)
-            ptx::tma_store_wait_read<0>();
-          else
-            ptx::tma_store_wait_read<1>();
-        }
+        if (wg_thread == 0) wait_for_buffer(part);
         ptx::named_barrier_sync(wg_barrier, 128);
       }
       constexpr uint32_t kPartQuads = kStoreCols / 8;
@@ -138,6 +132,18 @@ struct EpilogueTile {
       }
       write_out<kNumWaves, kAddToD>(buffer, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n,
                                     part * kStoreCols, min_of(kStoreCols, BLOCK_N - part * kStoreCols));
+    }
+  }
+
+  /// Waits until part `part`'s buffer is no longer read by the stores that last used it: those of part `part` -
+  /// kStoreBuffers, with the parts after it still pending; for the first parts, the previous tile's (long done by
+  /// then: the first part waits for all of them). `part` is a constant once the part loop is unrolled.
+  static FG_DEVICE void wait_for_buffer(uint32_t part) {
+    switch (min_of(part, kStoreBuffers - 1)) {
+      case 0: ptx::tma_store_wait_read<0>(); break;
+      case 1: ptx::tma_store_wait_read<1>(); break;
+      case 2: ptx::tma_store_wait_read<2>(); break;
+      default: ptx::tma_store_wait_read<3>(); break;
     }
   }
 

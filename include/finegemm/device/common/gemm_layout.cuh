@@ -83,23 +83,29 @@ FG_HOST_DEVICE constexpr uint32_t gemm_num_d_tiles(uint32_t output) { return out
 /// Bytes of one output element.
 FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return output == kOutBf16 ? 2u : 4u; }
 
-/// Columns of the output tile the shared tile holds at once. fp32 tiles without a C to load go out in parts of 64
-/// columns (their last part may be narrower), each stored (or reduced) before the next is written: a whole 128x160
-/// fp32 tile (80 KB) left shared memory for 3 stages, parts of 64 columns (32 KB) leave it 5. bf16 tiles and fp32 ones
-/// that C's tile is loaded into are held whole.
-FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t output) {
-  return (output == kOutF32 || output == kOutF32AddToD) && block_n > 64 ? 64u : block_n;
+/// Columns of the output tile one shared buffer holds (a part of the tile). fp32 tiles without a C to load go out in
+/// parts, each stored (or reduced) from its buffer while the next is written: a whole 128x160 fp32 tile (80 KB) left
+/// shared memory for 3 stages, parts of 64 columns (32 KB) leave it 5. Parts of 32 columns in K-grouped tiles and in
+/// dense ones of at most 144 columns, of 64 in wider dense tiles. bf16 tiles and fp32 ones that C's tile is loaded
+/// into are held whole. `k_grouped`: the K-grouped kind (K = 0 in the kernel's template).
+FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t output, bool k_grouped) {
+  if (!((output == kOutF32 || output == kOutF32AddToD) && block_n > 64)) return block_n;
+  return k_grouped || block_n <= 144 ? 32u : 64u;
 }
 
-/// Shared buffers the output's parts alternate between: two where a reduction into D goes out in parts of a tile of
-/// 160 columns or more, so that a part is written while the reduction of the one before still reads its buffer; one
-/// otherwise. The second buffer costs a stage (128x160: 4 instead of 5). Measured on an H200 (`finegemm bench`, C = D,
-/// two runs of two rounds, us, one buffer -> two): 24576x4096x1536 (128x160) 361.9, 361.5, 367.4, 367.1 -> 348.0,
-/// 347.2, 351.4, 350.6; 7168x4096x16384 (128x160) 944.4, 943.8, 955.9, 954.7 -> 930.4, 930.6, 942.3, 941.8; K-grouped
-/// (128x160) from 0.9% faster to 0.6% slower on six cases; 2112x4096x7168 (128x144) 139.1, 139.2 -> 140.0, 139.8,
-/// hence 160 columns and up only.
-FG_HOST_DEVICE constexpr uint32_t gemm_store_buffers(uint32_t block_n, uint32_t output) {
-  return output == kOutF32AddToD && block_n > 144 ? 2u : 1u;
+/// Shared buffers the output's parts go through in turn (gemm_store_cols), so that a part is written while the
+/// stores (or reductions) of the ones before still read theirs: 128 columns of buffers where a reduction into D goes
+/// out in parts of a tile of more than 144 columns, 64 otherwise (128x160: 4 stages instead of 5; at 128x144 the
+/// second 64 columns measured slower than the stage they cost). A part waits only for the buffer's previous part.
+/// Measured on an H200 (`finegemm bench`, C = D, same run, two rounds, us), parts of 64 columns -> 32 with the same
+/// shared memory: K-grouped (128x160) 4 experts 4096x7168 1410.3, 1410.2 -> 1396.8, 1398.5, 7168x2048 831.9, 831.8 ->
+/// 826.3, 826.6; 8 experts 4096x7168 1000.9, 1000.5 -> 989.6, 991.0, 7168x2048 653.7, 653.4 -> 646.9, 647.2; 16
+/// experts 4096x7168 1988.6, 1968.2 -> 1940.2, 1942.9, 7168x2048 1080.3, 1079.1 -> 1068.3, 1067.3; dense 2112x4096x7168
+/// (128x144) 137.3, 136.9 -> 136.1, 135.9; but dense 128x160 slower: 7168x4096x16384 935.8, 936.6 -> 944.8, 943.8,
+/// 24576x4096x1536 348.6, 348.5 -> 351.8, 352.1, 7168x4096x2048 139.8, 139.8 -> 141.0, 140.6.
+FG_HOST_DEVICE constexpr uint32_t gemm_store_buffers(uint32_t block_n, uint32_t output, bool k_grouped) {
+  if (!((output == kOutF32 || output == kOutF32AddToD) && block_n > 64)) return 1u;
+  return (output == kOutF32AddToD && block_n > 144 ? 128u : 64u) / gemm_store_cols(block_n, output, k_grouped);
 }
 
 /// Floats a stage holds per tile row of SA (the K-major TMA box is 4 wide).
@@ -116,9 +122,9 @@ struct GemmSmemLayout {
   static constexpr uint32_t kWaveRows = kWarpgroupRows * kNumMathWarpgroups;
   // (BLOCK_M, BLOCK_N) bf16 or fp32; where C is loaded, C's tile arrives here by TMA and D's leaves from it
   static constexpr uint32_t kDTileBytes =
-      align_up(BLOCK_M * gemm_store_cols(BLOCK_N, kOutput) * gemm_out_bytes(kOutput), 1024u);
+      align_up(BLOCK_M * gemm_store_cols(BLOCK_N, kOutput, K == 0) * gemm_out_bytes(kOutput), 1024u);
   static constexpr uint32_t kNumDTiles = gemm_num_d_tiles(kOutput);
-  static constexpr uint32_t kStoreBuffers = gemm_store_buffers(BLOCK_N, kOutput);
+  static constexpr uint32_t kStoreBuffers = gemm_store_buffers(BLOCK_N, kOutput, K == 0);
   static constexpr uint32_t kDBytes = kNumDTiles * kStoreBuffers * kDTileBytes;
   static constexpr uint32_t kABytesPerStage = BLOCK_M * kBlockK;                         // (BLOCK_M, BLOCK_K) fp8
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
@@ -157,8 +163,8 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
                                                          uint32_t sa_mode = kSaMnMajor, uint32_t sb_mode = kSbBlock,
                                                          uint32_t output = kOutBf16) {
   const uint32_t d_bytes =
-      gemm_num_d_tiles(output) * gemm_store_buffers(block_n, output) *
-      align_up(block_m * gemm_store_cols(block_n, output) * gemm_out_bytes(output), 1024u);
+      gemm_num_d_tiles(output) * gemm_store_buffers(block_n, output, k == 0) *
+      align_up(block_m * gemm_store_cols(block_n, output, k == 0) * gemm_out_bytes(output), 1024u);
   const bool sa_once = gemm_sa_once(sa_mode);
   const uint32_t stage_bytes = block_m * kBlockK + block_n * kBlockK +
                                (sa_once ? 0u : align_up(block_m * gemm_sa_row_floats(sa_mode) * 4u, 128u));

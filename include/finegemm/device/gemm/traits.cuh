@@ -35,7 +35,8 @@ struct GemmTraits {
   using Layout = GemmSmemLayout<BLOCK_M, BLOCK_N, kNumStages, K, kSplitK, kSaMode, kSbMode, kOutput>;
   static constexpr uint32_t kOutBytes = gemm_out_bytes(kOutput);
   using Epilogue =
-      EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes, gemm_store_cols(BLOCK_N, kOut), gemm_store_buffers(BLOCK_N, kOut)>;
+      EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes, gemm_store_cols(BLOCK_N, kOut, K == 0),
+                   gemm_store_buffers(BLOCK_N, kOut, K == 0)>;
   /// D = C + A x B^T: the A issuer loads C's tile into a shared output tile at each tile's start; with
   /// kOutF32AddCAhead into two of them in turn (the tile after next's C may load while this tile's D is stored).
   static constexpr bool kAddC = gemm_loads_c(kOutput);
