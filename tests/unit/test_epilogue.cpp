@@ -1,6 +1,8 @@
 // The epilogue's shared output tile: the offsets of its 16-byte chunks are distinct, the 8 rows of each stmatrix matrix
 // fall in distinct bank groups (no conflicts), and the one-XOR form the kernel uses for each stmatrix address
-// (chunk_offset) equals the full offset computation, for every slab swizzle (32, 64, 128 bytes). Runs on the host.
+// (chunk_offset) equals the full offset computation, for every slab swizzle (32, 64, 128 bytes); the fp32 tiles that go
+// out in parts (gemm_store_cols, gemm_store_buffers) cover the tile in buffers of the shared memory the layout reserves,
+// the same for dense and K-grouped tiles. Runs on the host.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -52,4 +54,61 @@ TEST(Epilogue, ChunksAreDistinctConflictFreeAndStmatrixAddressesMatch) {
   check_block_ns<64, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256>();
   check_block_ns<128, 16, 32, 48, 64, 96, 112, 128, 144, 160, 192>();
   check_block_ns<256, 64, 128>();
+}
+
+namespace {
+
+// An fp32 tile sent out in parts (the weight gradient's reduction into D): each part's float pairs land at distinct
+// 8-byte places inside one buffer, the parts cover the tile's columns, and the buffers take the shared memory the
+// layout reserves for them.
+template <uint32_t BM, uint32_t BN, bool kKGrouped>
+void check_fp32_parts(uint32_t want_cols, uint32_t want_buffers) {
+  constexpr uint32_t kOut = fd::kOutF32AddToD;
+  constexpr uint32_t kCols = fd::gemm_store_cols(BN, kOut, kKGrouped);
+  constexpr uint32_t kBuffers = fd::gemm_store_buffers(BN, kOut, kKGrouped);
+  using Tile = fd::EpilogueTile<BM, BN, 4, kCols, kBuffers>;
+  ASSERT_EQ(kCols, want_cols) << "BN=" << BN << " K-grouped " << kKGrouped;
+  ASSERT_EQ(kBuffers, want_buffers) << "BN=" << BN << " K-grouped " << kKGrouped;
+  ASSERT_GE(Tile::kNumParts * kCols, BN);
+  ASSERT_LT((Tile::kNumParts - 1) * kCols, BN);
+  using Layout = fd::GemmSmemLayout<BM, BN, 4, kKGrouped ? 0 : 7168, 1, fd::kSaMnMajor, fd::kSbRowMnMajor, kOut>;
+  ASSERT_EQ(Layout::kDBytes, kBuffers * Tile::kBufferBytes);
+  std::set<uint32_t> places;
+  for (uint32_t row = 0; row < BM; ++row) {
+    for (uint32_t col = 0; col < kCols; col += 2) {
+      const uint32_t off = Tile::offset(row, col);
+      ASSERT_EQ(off % 8, 0u);
+      ASSERT_LT(off + 8, Tile::kBufferBytes + 1) << "BN=" << BN << " row " << row << " col " << col;
+      ASSERT_TRUE(places.insert(off).second) << "BN=" << BN << " row " << row << " col " << col;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Epilogue, Fp32ReductionPartsCoverTheTileInTheirBuffers) {
+  // K-grouped: parts of 32 columns, 128 columns of buffers at 128x160; dense: 64-column parts at 128x160, 32 at
+  // 128x144 and below, with 64 columns of buffers.
+  check_fp32_parts<128, 160, true>(32, 4);
+  check_fp32_parts<128, 144, true>(32, 2);
+  check_fp32_parts<128, 160, false>(64, 2);
+  check_fp32_parts<128, 144, false>(32, 2);
+  check_fp32_parts<128, 128, false>(32, 2);
+  check_fp32_parts<128, 96, false>(32, 2);
+  check_fp32_parts<64, 160, false>(64, 2);
+  check_fp32_parts<128, 64, false>(64, 1);
+}
+
+TEST(Epilogue, Fp32PartsTakeTheSameSharedMemoryInEitherKind) {
+  // The heuristic sizes the stage ring from the same footprint for dense and K-grouped tiles of one width.
+  for (uint32_t bn = 16; bn <= 256; bn += 16) {
+    for (uint32_t out : {fd::kOutF32, fd::kOutF32AddToD}) {
+      EXPECT_EQ(fd::gemm_store_cols(bn, out, false) * fd::gemm_store_buffers(bn, out, false),
+                fd::gemm_store_cols(bn, out, true) * fd::gemm_store_buffers(bn, out, true))
+          << "BN=" << bn << " output " << out;
+      EXPECT_EQ(fd::gemm_smem_launch_bytes(128, bn, 4, 7168, 1, fd::kSaMnMajor, fd::kSbRowMnMajor, out),
+                fd::gemm_smem_launch_bytes(128, bn, 4, 0, 1, fd::kSaMnMajor, fd::kSbRowMnMajor, out))
+          << "BN=" << bn << " output " << out;
+    }
+  }
 }
