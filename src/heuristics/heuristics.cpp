@@ -640,7 +640,7 @@ bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
 /// 7168x4096x16384 947.9, 947.2 -> 951.0, 949.5 (the one slower). Six K blocks ahead instead gained less
 /// (2112x4096x7168 139.4, 7168x4096x2048 143.9, 143.7). At the tile's start (an earlier try) the dense shapes ran
 /// slower (2112x4096x7168 142.4 -> 145.8). The K-grouped kernel measured within -0.5% and +0.2% on its six cases with
-/// one shared output buffer (one round); since its 128x160 tiles reduce through several (gemm_store_buffers), with the last
+/// one shared output buffer (one round); with two of 64 columns (gemm_store_buffers; four of 32 since), with the last
 /// K block: 16 experts 4096x7168x2048 2056.3, 2054.6 -> 2013.6, 2015.4 us, 16 experts 7168x2048x2048 1071.1, 1071.4 ->
 /// 1053.2, 1052.8, 8 experts 4096x7168x4096 1646.6, 1648.6 -> 1621.9, 1623.2; at the tile's start 2041.7, 2038.7;
 /// 1062.6, 1063.5; 1652.5, 1651.8.

@@ -1,8 +1,8 @@
 // The epilogue's shared output tile: the offsets of its 16-byte chunks are distinct, the 8 rows of each stmatrix matrix
 // fall in distinct bank groups (no conflicts), and the one-XOR form the kernel uses for each stmatrix address
 // (chunk_offset) equals the full offset computation, for every slab swizzle (32, 64, 128 bytes); the fp32 tiles that go
-// out in parts (gemm_store_cols, gemm_store_buffers) cover the tile in buffers of the shared memory the layout reserves,
-// the same for dense and K-grouped tiles. Runs on the host.
+// out in parts (gemm_store_cols, gemm_store_buffers) cover the tile in buffers of the shared memory the layout
+// reserves, the same for dense and K-grouped tiles. Runs on the host.
 #include <gtest/gtest.h>
 
 #include <set>
