@@ -83,13 +83,18 @@ FG_HOST_DEVICE constexpr uint32_t gemm_num_d_tiles(uint32_t output) { return out
 /// Bytes of one output element.
 FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return output == kOutBf16 ? 2u : 4u; }
 
+/// Whether the output tile goes out in parts (gemm_store_cols): fp32 tiles wider than 64 columns without a C to load.
+FG_HOST_DEVICE constexpr bool gemm_stores_in_parts(uint32_t block_n, uint32_t output) {
+  return (output == kOutF32 || output == kOutF32AddToD) && block_n > 64;
+}
+
 /// Columns of the output tile one shared buffer holds (a part of the tile). fp32 tiles without a C to load go out in
 /// parts, each stored (or reduced) from its buffer while the next is written: a whole 128x160 fp32 tile (80 KB) left
 /// shared memory for 3 stages, parts of 64 columns (32 KB) leave it 5. Parts of 32 columns in K-grouped tiles and in
 /// dense ones of at most 144 columns, of 64 in wider dense tiles. bf16 tiles and fp32 ones that C's tile is loaded
 /// into are held whole. `k_grouped`: the K-grouped kind (K = 0 in the kernel's template).
 FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t output, bool k_grouped) {
-  if (!((output == kOutF32 || output == kOutF32AddToD) && block_n > 64)) return block_n;
+  if (!gemm_stores_in_parts(block_n, output)) return block_n;
   return k_grouped || block_n <= 144 ? 32u : 64u;
 }
 
@@ -104,7 +109,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t out
 /// (128x144) 137.3, 136.9 -> 136.1, 135.9; but dense 128x160 slower: 7168x4096x16384 935.8, 936.6 -> 944.8, 943.8,
 /// 24576x4096x1536 348.6, 348.5 -> 351.8, 352.1, 7168x4096x2048 139.8, 139.8 -> 141.0, 140.6.
 FG_HOST_DEVICE constexpr uint32_t gemm_store_buffers(uint32_t block_n, uint32_t output, bool k_grouped) {
-  if (!((output == kOutF32 || output == kOutF32AddToD) && block_n > 64)) return 1u;
+  if (!gemm_stores_in_parts(block_n, output)) return 1u;
   return (output == kOutF32AddToD && block_n > 144 ? 128u : 64u) / gemm_store_cols(block_n, output, k_grouped);
 }
 
