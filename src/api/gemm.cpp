@@ -256,6 +256,19 @@ void encode_outputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs
   const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), out_bytes);
   const CUtensorMapSwizzle out_swizzle =
       swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), out_bytes));
+  if (device::gemm_d_transposed(cfg.output)) {
+    // On D^T's tiles (c is the kernel's call: D's rows are its N, D's columns its rows): boxes of 32 columns and a
+    // part's rows of D, and, where the tile's last part is narrower, a second descriptor of its height (tma_c).
+    const uint32_t part_rows = device::gemm_store_cols(uint32_t(cfg.block_n), cfg.output, false);
+    const uint32_t last_rows = uint32_t(cfg.block_n) % part_rows;
+    encode_2d(args.tma_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.d, uint64_t(c.a_rows), uint64_t(c.n),
+              uint64_t(c.ld_d) * 4, 32, part_rows, CU_TENSOR_MAP_SWIZZLE_128B, "cuTensorMapEncodeTiled(D, transposed)");
+    if (last_rows != 0)
+      encode_2d(args.tma_c, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.d, uint64_t(c.a_rows), uint64_t(c.n),
+                uint64_t(c.ld_d) * 4, 32, last_rows, CU_TENSOR_MAP_SWIZZLE_128B,
+                "cuTensorMapEncodeTiled(D, transposed, last part)");
+    return;
+  }
   auto encode = [&](device::TmaDescriptor& map, const void* base, int64_t ld, const char* what) {
     encode_2d(map, out_type, base, uint64_t(c.n), uint64_t(c.a_rows), uint64_t(ld) * out_bytes, slab_cols,
               device::kWarpgroupRows, out_swizzle, what);
@@ -304,8 +317,25 @@ void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, dev
   args.d_prefetch_lead = uint32_t(cfg.d_prefetch_lead);
 }
 
+/// The call as the kernel of `cfg` computes it: on D^T's tiles (kOutF32AddToDT), A and B, their scales, and M and N
+/// trade places (D stays the call's; B's rows are contiguous, and A's must be: build_plan). Otherwise the call itself.
+GemmCall kernel_call(const GemmCall& c, const KernelConfig& cfg) {
+  if (!device::gemm_d_transposed(cfg.output)) return c;
+  GemmCall t = c;
+  t.rows = t.a_rows = c.n;
+  t.n = c.rows;
+  t.a = c.b;
+  t.b = c.a;
+  t.lda = c.k;
+  t.sa = c.sb;
+  t.ld_sa = c.ld_sb;
+  t.sb = c.sa;
+  t.ld_sb = c.ld_sa;
+  return t;
+}
+
 /// The kernel's arguments: the descriptors in the order A, B, SA, SB, D, C; then the K-grouped workspace; then the
-/// pointers and scalars (with the error flags).
+/// pointers and scalars (with the error flags). `c`: the kernel's call (kernel_call).
 void build_args(const GemmCall& c, const KernelConfig& cfg, int device, device::GemmArgs& args) {
   const bool k_grouped = c.kind == GemmKind::kGroupedK;
   if (k_grouped)
@@ -333,6 +363,13 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
   // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
   // The gathering kernels have no wide tail (device::gemm_wide_tail): their last row block runs as full tiles.
+  // On D^T's tiles the call's A is the kernel's B, whose rows the kernel reads contiguous: with a row stride of A
+  // other than K, the heuristic's pick on D's own tiles.
+  if (device::gemm_d_transposed(plan->config.output) && c.lda != c.k) {
+    heuristics::ConfigConstraints own_tiles = ctx.settings().constraints;
+    own_tiles.d_transposed = 0;
+    plan->config = heuristics::select_config(problem_of(c), num_sms, own_tiles);
+  }
   if (plan->config.sa_mode == device::kSaKMajorTma && !sa_tma_aligned) {
     plan->config.sa_mode = device::kSaKMajorGather;
     plan->config.wide_tail = false;
@@ -348,7 +385,7 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     std::fprintf(stderr, "finegemm: %s M=%lld N=%lld K=%lld G=%d -> %s\n", kind_name(c.kind),
                  static_cast<long long>(c.rows), static_cast<long long>(c.n), static_cast<long long>(c.k), c.num_groups,
                  cfg.describe().c_str());
-  build_args(c, cfg, device, plan->args);
+  build_args(kernel_call(c, cfg), cfg, device, plan->args);
   plan->pdl_args = plan->args;
   plan->pdl_args.pdl_prefetch_b_blocks = uint32_t(cfg.pdl_prefetch_b_blocks);
   return plan;

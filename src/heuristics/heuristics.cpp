@@ -121,8 +121,12 @@ constexpr int64_t kSaKMajorOnceMinKBlocks = 8;
 int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192 : 128; }
 /// The same with 1x128 scales of B, whose BLOCK_N / 4 column scales a math thread holds through its turn (256-row
 /// tiles, two waves of running sums, spill at BLOCK_N=128 and ran 8-14% slower than 128x160 on an H200:
-/// docs/performance.md, "What was tried").
-int max_block_n_sb_per_row(int block_m) { return block_m == 64 ? 128 : block_m == 128 ? 160 : 0; }
+/// docs/performance.md, "What was tried"). On D^T's tiles 128x176 too, with 240 math registers
+/// (device::gemm_widest_sb_per_row_tile).
+int max_block_n_sb_per_row(int block_m, uint32_t output) {
+  if (block_m == 128 && device::gemm_widest_sb_per_row_tile(128, 176, output)) return 176;
+  return block_m == 64 ? 128 : block_m == 128 ? 160 : 0;
+}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -271,6 +275,7 @@ std::string KernelConfig::describe() const {
      << (output == device::kOutF32       ? " out=fp32"
          : output == device::kOutF32AddC   ? " out=fp32,C"
          : output == device::kOutF32AddToD ? " out=fp32,+=D"
+         : output == device::kOutF32AddToDT ? " out=fp32,+=D on D^T's tiles"
          : output == device::kOutF32AddCAhead ? " out=fp32,C-ahead"
                                            : "")
      << " grid=" << grid
@@ -294,7 +299,7 @@ ConfigConstraints parse_constraints(const std::string& text) {
   ConfigConstraints c;
   c.text = text;
   constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead, saonce";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead, saonce, dt";
   std::istringstream fields(text);
   for (std::string field; std::getline(fields, field, ',');) {
     const size_t eq = field.find('=');
@@ -306,9 +311,9 @@ ConfigConstraints parse_constraints(const std::string& text) {
       (name == "l2b" ? c.b_evict_first : c.d_evict_first) = value == "first" ? 1 : 0;
       continue;
     }
-    if (name == "bpairs" || name == "cahead") {
+    if (name == "bpairs" || name == "cahead" || name == "dt") {
       check_arg(value == "0" || value == "1", kWhere, name, " is 0 or 1, got '", value, "'");
-      (name == "bpairs" ? c.b_pairs : c.c_ahead) = value == "1" ? 1 : 0;
+      (name == "bpairs" ? c.b_pairs : name == "cahead" ? c.c_ahead : c.d_transposed) = value == "1" ? 1 : 0;
       continue;
     }
     if (name == "saonce") {
@@ -368,15 +373,36 @@ bool c_and_d_outweigh_math(const Problem& p, const HardwareModel& hw, int num_sm
   return c_and_d_s >= kCAheadMinBytesOverMath * math_s;
 }
 
-std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const ConfigConstraints& constraints,
-                                            const HardwareModel& hw) {
-  std::vector<Candidate> out;
+bool may_transpose_d(const Problem& p) {
+  return p.kind == GemmKind::kNormal && p.sb_per_row && !p.sa_k_major && p.d_dtype == DType::kFloat32 &&
+         p.accumulate && p.c_is_d && p.n % 128 == 0 && p.m % 8 == 0;
+}
+
+Problem kernel_problem(const Problem& p, const KernelConfig& c) {
+  if (!device::gemm_d_transposed(c.output)) return p;
+  Problem q = p;
+  std::swap(q.m, q.n);
+  return q;
+}
+
+namespace {
+
+/// Whether D (fp32, the call's M x N) fits the L2: where it does not, the kernels on D^T's tiles measured slower than
+/// on D's own, their transposed reductions into D costing each tile 4-8% (H200, `finegemm bench`, C = D, the same
+/// binary forced to either, FINEGEMM_FORCE_CONFIG=dt=0,bn=160 / dt=1,bn=160, two rounds, us: 7168x4096x16384 946.8,
+/// 947.1 / 972.1, 970.1, the tile grid of D^T at 131 CTAs in 11 rounds against D's at 122 in 12; 4096x7168x16384 898.8,
+/// 899.1 / 1022.6, 1023.2, D^T's grid the larger there; on another machine the first 934.7, 933.7 / 923.2, 922.4).
+/// At 2112x4096x7168 (D 35 MB) the kernel on D^T's tiles ran as fast as on a call of D^T's shape (128x176: 123.6, 124.0
+/// against 124.0, 123.8 us).
+bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
+  return double(p.m) * double(p.n) * 4.0 <= hw.l2_bytes;
+}
+
+/// The candidates of `p` as the kernel computes it (M x N; for kOutF32AddToDT the call's N x M) with `outputs`.
+void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, int num_sms,
+                        const ConfigConstraints& constraints, const HardwareModel& hw, std::vector<Candidate>& out) {
   const uint32_t problem_sa_mode = constraints.sa_once == 0 ? sa_mode_per_stage_for(p) : sa_mode_for(p);
   const uint32_t sb_mode = p.sb_per_row ? device::kSbRowMnMajor : device::kSbBlock;
-  // The problem's output and, for a dense GEMM with C (D itself or another tensor), C's tiles loaded a tile ahead
-  // into two shared tiles: where C and D outweigh the math, their reads and writes then stream under the K loops.
-  std::vector<uint32_t> outputs = {output_of(p)};
-  if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
   const bool c_ahead_pays = constraints.c_ahead == 1 || c_and_d_outweigh_math(p, hw, num_sms);
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
@@ -412,7 +438,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
                             "expert from their first row on";
           } else if (block_n > max_block_n(block_m)) {
             cand.rejected = "two fp32 accumulators of BLOCK_N/2 registers exceed the math warpgroups' registers";
-          } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m)) {
+          } else if (sb_mode == device::kSbRowMnMajor && block_n > max_block_n_sb_per_row(block_m, output)) {
             cand.rejected = "1x128 scales of B keep BLOCK_N/4 more registers (the columns' scales) per math thread";
           } else if (output == device::kOutF32AddCAhead && !c_ahead_pays) {
             cand.rejected = "C loaded a tile ahead pays only where C and D outgrow the L2 and their bytes outweigh the "
@@ -421,7 +447,7 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "C's tile is loaded for the CTA that stores the tile only: no split-K where C is loaded";
           } else if (block_n > ceil_div(p.n, int64_t(kBlockNStep)) * kBlockNStep) {
             cand.rejected = "BLOCK_N wider than N rounded up to the BLOCK_N step only adds idle columns";
-          } else if (128 - std::gcd(block_n, 128) + block_n > 256) {
+          } else if (sb_mode == device::kSbBlock && 128 - std::gcd(block_n, 128) + block_n > 256) {
             cand.rejected = "some tile would span three 128-column SB blocks (the kernel promotes with at most two)";
           } else if (block_m == 128 && rows <= 64 && p.kind != GemmKind::kGroupedK) {
             // (The K-grouped kernel runs 128-row tiles only; with M <= 64 its second warpgroup's rows are not stored.)
@@ -461,10 +487,18 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
             cand.rejected = "split-K pays only when the tiles leave SMs idle (at most one tile per cluster)";
           } else if (split > 1 && num_sms < split) {
             cand.rejected = "a cluster needs as many SMs as it has CTAs";
+          } else if (device::gemm_d_transposed(output) && (block_m != 128 || split != 1 || block_n < 128)) {
+            cand.rejected = "D^T's tiles: 128-row tiles with two math warpgroups, no split-K, at least 128 columns "
+                            "(where the tile's cost per column is that of D's own tiles: only the rounds differ)";
+          } else if (device::gemm_d_transposed(output) && !d_fits_the_l2(p, hw) && constraints.d_transposed != 1) {
+            cand.rejected = "D^T's tiles measured slower where D outgrows the L2 (its transposed reductions then cost "
+                            "4-8% of a tile)";
           } else if ((constraints.block_m != 0 && constraints.block_m != block_m) ||
                      (constraints.block_n != 0 && constraints.block_n != block_n) ||
                      (constraints.split_k != 0 && constraints.split_k != split) ||
-                     (constraints.c_ahead >= 0 && (output == device::kOutF32AddCAhead) != (constraints.c_ahead == 1))) {
+                     (constraints.c_ahead >= 0 && (output == device::kOutF32AddCAhead) != (constraints.c_ahead == 1)) ||
+                     (constraints.d_transposed >= 0 &&
+                      device::gemm_d_transposed(output) != (constraints.d_transposed == 1))) {
             cand.rejected = "not the configuration FINEGEMM_FORCE_CONFIG asks for";
           }
           if (cand.rejected.empty()) {
@@ -494,6 +528,24 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
         }
       }
     }
+  }
+}
+
+}  // namespace
+
+std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const ConfigConstraints& constraints,
+                                            const HardwareModel& hw) {
+  std::vector<Candidate> out;
+  // The problem's output and, for a dense GEMM with C (D itself or another tensor), C's tiles loaded a tile ahead
+  // into two shared tiles: where C and D outweigh the math, their reads and writes then stream under the K loops.
+  std::vector<uint32_t> outputs = {output_of(p)};
+  if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
+  enumerate_oriented(p, outputs, num_sms, constraints, hw, out);
+  // A weight gradient may run on D^T's tiles instead, where they fit the SMs' rounds better (select_config).
+  if (may_transpose_d(p)) {
+    KernelConfig swapped;
+    swapped.output = device::kOutF32AddToDT;
+    enumerate_oriented(kernel_problem(p, swapped), {device::kOutF32AddToDT}, num_sms, constraints, hw, out);
   }
   return out;
 }
@@ -671,6 +723,18 @@ int pdl_prefetch_b_blocks_for(const Problem& p, const KernelConfig& c) {
 
 }  // namespace
 
+/// Weight gradients run on D^T's tiles (kOutF32AddToDT) where D fits the L2 (d_fits_the_l2) and the kernel's tiles
+/// then cover fewer rounds of the SMs, as the model times them. Measured on an H200 (`finegemm bench`, C = D, the same
+/// binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two rounds, us): 576x4096x7168 38.2,
+/// 38.6 -> 35.0, 35.6 (128x160 over 130 tiles -> 128x144 over 128); 2112x1024x7168 37.1, 37.1 -> 34.9, 34.2;
+/// 2112x1024x640 8.4, 8.5 -> 8.0, 8.0; 304x7168x7168 49.9, 49.7 -> 39.6, 40.0; 304x7168x640 9.8, 9.9 -> 9.1, 9.0;
+/// 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where the model times them alike, D^T's tiles measured faster where the call's M
+/// is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row block of 64
+/// rows) and slower where it is (4096x4096x7168 243.1, 243.0 -> 254.5, 254.0).
+namespace {
+bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
+}  // namespace
+
 KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraints& constraints,
                            const HardwareModel& hw) {
   const std::vector<Candidate> candidates = enumerate_candidates(p, num_sms, constraints, hw);
@@ -682,13 +746,15 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
       best = &c;
       continue;
     }
-    // Lower modeled time (1% tolerance), then fewer waves, then larger BLOCK_M, then no split-K, then smaller BLOCK_N.
+    // Lower modeled time (1% tolerance), then the tile grid without a partial row block (d_transposed_breaks_tie),
+    // then fewer waves, then larger BLOCK_M, then no split-K, then smaller BLOCK_N.
     const double tolerance = 0.01 * best->estimated_us;
     if (c.estimated_us < best->estimated_us - tolerance) {
       best = &c;
     } else if (std::abs(c.estimated_us - best->estimated_us) <= tolerance) {
-      const auto rank = [](const KernelConfig& x) {
-        return std::make_tuple(-x.num_waves, x.block_m, -x.split_k, -x.block_n);
+      const auto rank = [&](const KernelConfig& x) {
+        return std::make_tuple(device::gemm_d_transposed(x.output) == d_transposed_breaks_tie(p), -x.num_waves,
+                               x.block_m, -x.split_k, -x.block_n);
       };
       if (rank(c) > rank(*best)) best = &c;
     }
@@ -700,16 +766,18 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
                                   " (which rejects every other candidate: unset it or name a configuration that fits "
                                   "this shape)");
   KernelConfig chosen = *best;
+  // The kernel's problem from here on (M and N swapped on D^T's tiles).
+  const Problem kp = kernel_problem(p, chosen);
   chosen.b_evict_first =
-      constraints.b_evict_first >= 0 ? constraints.b_evict_first == 1 : b_evict_first_pays(p, chosen);
-  chosen.grid = fewest_ctas_for_the_waves(p, chosen);
+      constraints.b_evict_first >= 0 ? constraints.b_evict_first == 1 : b_evict_first_pays(kp, chosen);
+  chosen.grid = fewest_ctas_for_the_waves(kp, chosen);
   chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1
                                                         : chosen.output != device::kOutF32AddCAhead &&
-                                                              d_evict_first_pays(p, hw);
-  chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(p, chosen)
-                                            : b_pairs_pay(p, chosen);
-  chosen.pdl_prefetch_b_blocks = pdl_prefetch_b_blocks_for(p, chosen);
-  chosen.d_prefetch_lead = chosen.output == device::kOutF32AddToD ? 1 : 0;
+                                                              d_evict_first_pays(kp, hw);
+  chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(kp, chosen)
+                                            : b_pairs_pay(kp, chosen);
+  chosen.pdl_prefetch_b_blocks = pdl_prefetch_b_blocks_for(kp, chosen);
+  chosen.d_prefetch_lead = device::gemm_reduces_into_d(chosen.output) ? 1 : 0;
   return chosen;
 }
 

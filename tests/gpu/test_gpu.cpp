@@ -1275,6 +1275,33 @@ TEST_F(Gpu, WgradGraphReplayEqualsEager) {
     }
 }
 
+// Weight gradients on D^T's tiles (device::kOutF32AddToDT: the kernel runs the call's N x M x K with A and B swapped
+// and reduces each tile into D transposed) with C = D: N a multiple of 128, M a multiple of 8 (D's rows, the kernel's
+// columns) with the last tile clipped, K of one partial block up to 56 blocks, tiles with a narrower last part (144
+// columns) and without (160). tests/CMakeLists.txt registers this test twice more, with
+// FINEGEMM_FORCE_CONFIG=dt=1,bn=144 and dt=1,bn=160, so that every case runs on D^T's tiles of either width (here as
+// the heuristic picks: D^T's tiles at 576x4096 and 2112x4096 among them, 128x176 at the latter, D's own elsewhere).
+TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
+  std::vector<ft::ProblemShape> shapes;
+  for (int64_t m : {152, 296, 576, 1000})
+    for (int64_t n : {128, 1024})
+      for (int64_t k : {16, 640, 7168}) shapes.push_back(wgrad(m, n, k));
+  for (const ft::ProblemShape& s : {wgrad(576, 4096, 7168), wgrad(7168, 4096, 2048), wgrad(2112, 1024, 1536),
+                                    wgrad(2112, 4096, 7168), wgrad(1000, 4096, 640)})
+    shapes.push_back(s);
+  std::vector<fg::Problem> problems;
+  for (const auto& s : shapes) problems.push_back(ft::problem_of(s, false));
+  ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
+  int i = 0;
+  for (const auto& s : shapes) {
+    ft::ProblemOptions opt;
+    opt.seed = uint64_t(3300 + i);
+    opt.data = i++ % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
+    ft::GemmProblem p(s, opt);  // C = D
+    expect_correct("wgrad-dt", p, s, false, fg::describe_config(ft::problem_of(s, false)));
+  }
+}
+
 // Each bad input raises finegemm::Error before anything is enqueued: D (poisoned, C apart) stays as it was.
 TEST_F(Gpu, WgradBadInputsLeaveDUntouched) {
   const ft::ProblemShape s = wgrad(64, 264, 640);

@@ -2,7 +2,8 @@
 // fall in distinct bank groups (no conflicts), and the one-XOR form the kernel uses for each stmatrix address
 // (chunk_offset) equals the full offset computation, for every slab swizzle (32, 64, 128 bytes); the fp32 tiles that go
 // out in parts (gemm_store_cols, gemm_store_buffers) cover the tile in buffers of the shared memory the layout
-// reserves, the same for dense and K-grouped tiles. Runs on the host.
+// reserves, the same for dense and K-grouped tiles; D^T's tiles store each element once, without bank conflicts, at the
+// offsets the kernel computes per lane. Runs on the host.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -111,4 +112,49 @@ TEST(Epilogue, Fp32PartsTakeTheSameSharedMemoryInEitherKind) {
           << "BN=" << bn << " output " << out;
     }
   }
+}
+
+namespace {
+
+/// D^T's tiles (gemm_d_transposed): a part's buffer holds each element once, within the buffer; the per-lane form the
+/// kernel stores with (lane_base, lane_swizzle and a constant per element) equals offset_transposed; and a warp's 32
+/// scalar stores of one accumulator register (8 rows, 4 columns 2 apart) hit 32 distinct banks.
+template <uint32_t BN>
+void check_transposed_parts() {
+  constexpr uint32_t kOut = fd::kOutF32AddToDT;
+  constexpr uint32_t kCols = fd::gemm_store_cols(BN, kOut, false);
+  using Tile = fd::EpilogueTile<128, BN, 4, kCols, fd::gemm_store_buffers(BN, kOut, false), true>;
+  static_assert(kCols == (BN > 64 ? 32u : BN), "parts of 32 columns: a TMA box's 32 rows of D");
+  std::set<uint32_t> words;
+  for (uint32_t row = 0; row < 128; ++row)
+    for (uint32_t col = 0; col < kCols; ++col) {
+      const uint32_t off = Tile::offset_transposed(row, col);
+      ASSERT_LT(off, Tile::kBufferBytes) << "BN=" << BN << " row " << row << " col " << col;
+      ASSERT_TRUE(words.insert(off).second) << "BN=" << BN << " row " << row << " col " << col;
+    }
+  for (uint32_t warp_row0 = 0; warp_row0 < 128; warp_row0 += 16)  // a warp's 16 rows
+    for (uint32_t j = 0; j < kCols / 8; ++j)
+      for (uint32_t h = 0; h < 2; ++h)
+        for (uint32_t e = 0; e < 2; ++e) {
+          std::set<uint32_t> banks;
+          for (uint32_t lane = 0; lane < 32; ++lane) {
+            const uint32_t row0 = warp_row0 + lane / 4, q = lane % 4;
+            const uint32_t fast = Tile::lane_base(row0, q) + (8 * j + e) * 128 +
+                                  (Tile::lane_swizzle(row0, q) ^ (h << 5 | e << 4));
+            ASSERT_EQ(fast, Tile::offset_transposed(row0 + 8 * h, 8 * j + 2 * q + e))
+                << "BN=" << BN << " rows " << warp_row0 << "+ lane " << lane << " j " << j << " h " << h << " e " << e;
+            banks.insert(fast / 4 % 32);
+          }
+          ASSERT_EQ(banks.size(), 32u) << "BN=" << BN << " rows " << warp_row0 << "+ j " << j << " h " << h << " e "
+                                       << e;
+        }
+}
+
+}  // namespace
+
+TEST(Epilogue, TransposedPartsAreDistinctConflictFreeAndTheLaneFormMatches) {
+  check_transposed_parts<64>();
+  check_transposed_parts<128>();
+  check_transposed_parts<144>();
+  check_transposed_parts<160>();
 }

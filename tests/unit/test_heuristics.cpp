@@ -702,7 +702,8 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
                                               << " c_is_d=" << c_is_d << ": " << c.describe());
             if (!c_is_d) EXPECT_EQ(c.split_k, 1) << "C's tile is loaded for the CTA that stores the tile only";
             EXPECT_NE(c.block_m, 256) << "no 256-row tiles with 1x128 scales of B";
-            EXPECT_LE(c.block_n, c.block_m == 64 ? 128 : 160) << "the columns' scales take registers";
+            EXPECT_LE(c.block_n, c.block_m == 64 ? 128 : fd::gemm_d_transposed(c.output) ? 176 : 160)
+                << "the columns' scales take registers";
             EXPECT_EQ(c.sb_mode, fd::kSbRowMnMajor);
             // C loaded a tile ahead only at short K, where C's and D's bytes outweigh the math (N x 8 bytes a row
             // against 2 N K FLOPs: K <= 512 or so on 132 SMs).
@@ -710,11 +711,16 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
               EXPECT_LE(k, 640);
               EXPECT_GE(c.num_stages, 4) << "two fp32 tiles leave room for fewer stages; at least 4";
               EXPECT_FALSE(c.d_evict_first) << "D's lines overwrite C's, read just before";
+            } else if (c.output == fd::kOutF32AddToDT) {
+              EXPECT_TRUE(fh::may_transpose_d(p)) << "D^T's tiles: MN-major SA, C = D, N % 128 == 0, M % 8 == 0";
+              EXPECT_EQ(c.n, m) << "the kernel's N is the call's M";
+              EXPECT_EQ(c.block_m, 128);
+              EXPECT_GE(c.block_n, 128);
             } else {
               EXPECT_EQ(c.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC);
             }
             EXPECT_FALSE(c.wide_tail);
-            EXPECT_EQ(c.d_prefetch_lead, c.output == fd::kOutF32AddToD ? 1 : 0)
+            EXPECT_EQ(c.d_prefetch_lead, fd::gemm_reduces_into_d(c.output) ? 1 : 0)
                 << "dense reductions into D prefetch D's tile into the L2 with the tile's last K block";
             EXPECT_EQ(c.describe().find(" D:L2-prefetch") != std::string::npos, c.d_prefetch_lead == 1);
             EXPECT_LE(c.smem_bytes, 232448);
@@ -776,13 +782,67 @@ TEST(Heuristics, WgradTakesWideTilesWhereTheySaveRounds) {
   const auto b = wgrad(7168, 4096, 2048);
   EXPECT_EQ(b.block_n, 160) << b.describe();
   EXPECT_EQ(b.num_waves, 12);
-  EXPECT_EQ(wgrad(2112, 4096, 7168).block_n, 144);
+  EXPECT_EQ(wgrad(2112, 4096, 7168).block_n, 176);  // on D^T's tiles: 384 of them, 3 rounds
   // The steady FFMA pass: with the columns' own scales only the 128x160 tiles gain from it.
   EXPECT_TRUE(fh::takes_steady_ffma_pass(a));
   EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(2112, 4096, 7168)));
   EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(32768, 4096, 512)));
   // The forward GEMM's picks (one scale per 128x128 block of B) are not moved: 4096x4096x7168 stays 256x128.
   EXPECT_EQ(fh::select_config(dense(4096, 4096, 7168), 132).block_m, 256);
+}
+
+// Weight gradients run on D^T's tiles (kOutF32AddToDT: the kernel's M, N and operands the call's N, M and B, A) where
+// D fits the L2 and those tiles fit the SMs' rounds better: DeepSeek-V3's 576x4096x7168 (one round of 128 tiles of
+// 128x144) and 2112x4096x7168 (3 rounds of 128x176, a width only D^T's tiles take); not 4096x4096x7168 (measured
+// slower), 7168x4096x16384 and 7168x4096x2048 (D of 117 MB; D^T's grid would take 11 rounds instead of 12), nor the
+// memory-bound K = 512 (C ahead). Never where the kernel could not: K-major SA, C apart from D, N not a multiple of
+// 128, M not a multiple of 8.
+TEST(Heuristics, WgradRunsOnTheTilesOfDTransposedWhereTheyFitTheRounds) {
+  namespace fd = finegemm::device;
+  auto wgrad = [](int64_t m, int64_t n, int64_t k) {
+    Problem p = dense(m, n, k);
+    p.sb_per_row = true;
+    p.d_dtype = finegemm::DType::kFloat32;
+    p.accumulate = p.c_is_d = true;
+    return p;
+  };
+  const auto dt = [](const fh::KernelConfig& c) { return fd::gemm_d_transposed(c.output); };
+  const auto small = fh::select_config(wgrad(576, 4096, 7168), 132);
+  EXPECT_TRUE(dt(small)) << small.describe();
+  EXPECT_EQ(small.n, 576);
+  EXPECT_EQ(small.block_n, 144);
+  EXPECT_EQ(small.num_tiles, 128);
+  EXPECT_EQ(small.grid, 128);
+  EXPECT_EQ(fh::kernel_problem(wgrad(576, 4096, 7168), small).m, 4096);
+  EXPECT_EQ(fh::kernel_problem(wgrad(576, 4096, 7168), small).n, 576);
+  const auto mid = fh::select_config(wgrad(2112, 4096, 7168), 132);
+  EXPECT_TRUE(dt(mid)) << mid.describe();
+  EXPECT_EQ(mid.block_n, 176) << "2112 = 12 x 176: 384 tiles in 3 rounds (128x144: 480 in 4)";
+  EXPECT_EQ(mid.num_tiles, 384);
+  EXPECT_EQ(mid.d_prefetch_lead, 1);
+  // 176 columns only on D^T's tiles: D's own stop at 160.
+  EXPECT_LE(fh::select_config(wgrad(2112, 4096, 7168), 132, fh::parse_constraints("dt=0")).block_n, 160);
+  EXPECT_THROW(fh::select_config(wgrad(2112, 4096, 7168), 132, fh::parse_constraints("dt=0,bn=176")),
+               finegemm::Error);
+  for (auto [m, k] :
+       {std::pair<int64_t, int64_t>{4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}})
+    EXPECT_FALSE(dt(fh::select_config(wgrad(m, 4096, k), 132))) << m << "x4096x" << k;
+  // Forced, D^T's tiles where D outgrows the L2 too.
+  EXPECT_TRUE(dt(fh::select_config(wgrad(7168, 4096, 16384), 132, fh::parse_constraints("dt=1"))));
+  // Where the kernel could not run on D^T's tiles, neither the heuristic nor a forced dt=1 takes them.
+  Problem k_major = wgrad(576, 4096, 7168);
+  k_major.sa_k_major = true;
+  Problem c_apart = wgrad(576, 4096, 7168);
+  c_apart.c_is_d = false;
+  for (const Problem& p : {k_major, c_apart, wgrad(576, 4160, 7168), wgrad(580, 4096, 7168)}) {
+    EXPECT_FALSE(fh::may_transpose_d(p));
+    EXPECT_FALSE(dt(fh::select_config(p, 132))) << p.m << "x" << p.n;
+    EXPECT_THROW(fh::select_config(p, 132, fh::parse_constraints("dt=1")), finegemm::Error);
+  }
+  // Forced either way (FINEGEMM_FORCE_CONFIG=dt=...), for measurements.
+  EXPECT_TRUE(dt(fh::select_config(wgrad(4096, 4096, 7168), 132, fh::parse_constraints("dt=1"))));
+  EXPECT_FALSE(dt(fh::select_config(wgrad(576, 4096, 7168), 132, fh::parse_constraints("dt=0"))));
+  EXPECT_THROW(fh::parse_constraints("dt=2"), finegemm::Error);
 }
 
 // C loaded a tile ahead into two shared tiles (kOutF32AddCAhead) where C's and D's bytes outweigh the math: the
@@ -808,7 +868,10 @@ TEST(Heuristics, WgradLoadsCAheadWhereCAndDOutweighTheMath) {
     EXPECT_EQ(uint32_t(c.smem_bytes), fd::gemm_smem_launch_bytes(128, 96, 4, 512, 1, c.sa_mode, c.sb_mode, c.output));
     for (auto [m, k] : {std::pair<int64_t, int64_t>{24576, 1536}, {7168, 2048}, {4096, 7168}, {7168, 16384}}) {
       const auto longer = fh::select_config(wgrad(m, 4096, k, c_is_d), 132);
-      EXPECT_EQ(longer.output, c_is_d ? fd::kOutF32AddToD : fd::kOutF32AddC) << m << "x4096x" << k;
+      if (c_is_d)
+        EXPECT_TRUE(fd::gemm_reduces_into_d(longer.output)) << m << "x4096x" << k << ": " << longer.describe();
+      else
+        EXPECT_EQ(longer.output, fd::kOutF32AddC) << m << "x4096x" << k;
     }
   }
   // The GPU tests' cases of it (Gpu.WgradCAliasingDOrNot, Gpu.WgradDeterministicAcrossRuns); where C and D fit the
@@ -817,10 +880,10 @@ TEST(Heuristics, WgradLoadsCAheadWhereCAndDOutweighTheMath) {
     for (bool c_is_d : {true, false})
       EXPECT_EQ(fh::select_config(wgrad(m, n, k, c_is_d), 132).output, fd::kOutF32AddCAhead)
           << m << "x" << n << "x" << k;
-  EXPECT_EQ(fh::select_config(wgrad(576, 4096, 512, true), 132).output, fd::kOutF32AddToD);
+  EXPECT_TRUE(fd::gemm_reduces_into_d(fh::select_config(wgrad(576, 4096, 512, true), 132).output));
   // Forced either way (FINEGEMM_FORCE_CONFIG=cahead=...), for measurements.
-  EXPECT_EQ(fh::select_config(wgrad(32768, 4096, 512, true), 132, fh::parse_constraints("cahead=0")).output,
-            fd::kOutF32AddToD);
+  EXPECT_TRUE(fd::gemm_reduces_into_d(
+      fh::select_config(wgrad(32768, 4096, 512, true), 132, fh::parse_constraints("cahead=0")).output));
   const auto forced = fh::select_config(wgrad(7168, 4096, 2048, true), 132, fh::parse_constraints("cahead=1"));
   EXPECT_EQ(forced.output, fd::kOutF32AddCAhead);
   EXPECT_GE(forced.num_stages, 4);

@@ -551,7 +551,9 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
 // layers, and the fp32 and bf16 outputs without accumulation: every kernel the heuristic picks compiles without
 // spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix). The K=512
 // ones load C a tile ahead (kOutF32AddCAhead) and store D by TMA, C being D or not; those that reduce into D
-// prefetch D's tile into the L2 first (GemmArgs::d_prefetch_lead).
+// prefetch D's tile into the L2 first (GemmArgs::d_prefetch_lead). Those on D^T's tiles (kOutF32AddToDT: 576x4096x7168
+// at 128x144 and 2112x4096x7168 at 128x176, whose math warpgroups take 240 registers) write the tile transposed with
+// scalar shared stores and reduce it into D by TMA.
 TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   std::set<std::string> functions;
   // The last three take 64x96 tiles with three K blocks in flight (gemm_math_registers gives them 248 registers).
@@ -580,16 +582,22 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   }
   std::vector<std::string> names(functions.begin(), functions.end());
   const auto c_ahead = [](const std::string& name) { return name.find(", 1u, 4u>") != std::string::npos; };
+  const auto d_transposed = [](const std::string& name) { return name.find(", 1u, 5u>") != std::string::npos; };
   EXPECT_TRUE(std::any_of(names.begin(), names.end(), c_ahead)) << "no kernel loads C a tile ahead";
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), d_transposed)) << "no kernel runs on D^T's tiles";
   compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
-    const bool add_to_d = names[i].find(", 1u, 3u>") != std::string::npos;
+    const bool add_to_d = names[i].find(", 1u, 3u>") != std::string::npos || d_transposed(names[i]);
+    if (d_transposed(names[i])) {
+      EXPECT_NE(sass.find("STS ["), std::string::npos) << names[i] << ": the transposed tile by scalar stores";
+      EXPECT_EQ(sass.find("STS.64"), std::string::npos) << names[i] << ": no float pairs in a transposed tile";
+    }
     if (!add_to_d) EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
     const bool fp32 = names[i].find(", 1u, 1u>") != std::string::npos || names[i].find(", 1u, 2u>") != std::string::npos ||
-                      names[i].find(", 1u, 3u>") != std::string::npos || c_ahead(names[i]);
+                      add_to_d || c_ahead(names[i]);
     if (fp32) EXPECT_EQ(sass.find("STSM"), std::string::npos) << names[i] << ": fp32 tiles are not stored by stmatrix";
     // D += A x B^T: the tile is reduced into D by TMA (UTMAREDG), C other than D is loaded by TMA into the tile.
     if (add_to_d) {

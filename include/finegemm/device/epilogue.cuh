@@ -19,9 +19,10 @@ namespace finegemm::device {
 /// The shared output tile: kStoreCols / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16 or fp32 (kOutBytes 2 or 4), each
 /// swizzled the way TMA's kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix (bf16) and the float2 pairs
 /// of 8 rows (fp32) land in distinct banks. It holds the tile's columns kStoreCols at a time (gemm_store_cols).
-/// Parts go out through kStoreBuffers shared buffers in turn (gemm_store_buffers).
+/// Parts go out through kStoreBuffers shared buffers in turn (gemm_store_buffers). `kTransposed` (fp32 parts,
+/// gemm_d_transposed): the tile's rows are D's columns, and a part's buffer holds it transposed (offset_transposed).
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2, uint32_t kStoreCols = BLOCK_N,
-          uint32_t kStoreBuffers = 1>
+          uint32_t kStoreBuffers = 1, bool kTransposed = false>
 struct EpilogueTile {
   static_assert(BLOCK_N % 16 == 0, "stmatrix x4 covers 16 columns");
   static_assert(kOutBytes == 2 || kOutBytes == 4, "bf16 or fp32 output");
@@ -42,6 +43,36 @@ struct EpilogueTile {
                 "fp32 parts may go through up to four buffers in turn");
   static constexpr uint32_t kSwizzleMask = kSwizzleBytes / 16 - 1;
   static constexpr uint32_t kRowsPerWarpgroup = 64;
+  static constexpr uint32_t kStoreColumns = kStoreCols;
+
+  /// kTransposed: a part's buffer as slabs of 32 tile rows, each the part's columns as 128-byte rows of 32 floats (one
+  /// row of D's, 32 of its columns), swizzled as TMA's 128-byte mode expects: the TMA box (32 columns, kStoreCols rows
+  /// of D) of one slab, two per warpgroup. A warp's 32 scalar stores of one accumulator register (8 tile rows, 4
+  /// columns 2 apart) then fall in 8 distinct 16-byte chunks: no bank conflict.
+  static_assert(!kTransposed || (kOutBytes == 4 && BLOCK_M % 32 == 0 && kStoreCols <= 256),
+                "transposed: fp32 parts of at most 256 columns");
+  static constexpr uint32_t kTransposedSlabRows = 32;
+  static constexpr uint32_t kTransposedSlabBytes = kStoreCols * 128;
+  static_assert(!kTransposed || BLOCK_M * kStoreCols * 4 <= kBufferBytes, "a transposed part fits the buffer");
+
+  /// Byte offset of tile element (row, col) in a transposed part's buffer (col: the column within the part).
+  static FG_HOST_DEVICE uint32_t offset_transposed(uint32_t row, uint32_t col) {
+    const uint32_t off = col * 128 + (row % kTransposedSlabRows) * 4;
+    return (row / kTransposedSlabRows) * kTransposedSlabBytes + (off ^ (((off >> 7) & 7) << 4));
+  }
+
+  /// offset_transposed of a math thread's elements, in two pieces: a thread of the wgmma layout (row0 = its first row,
+  /// a multiple of 16 plus lane / 4; q = lane % 4) holds rows row0 + 8h and columns 8j + 2q + e. The row's 4-byte
+  /// offset in the slab row, (row % 32) * 4, has bit 5 clear (row0 % 16 < 8) and the swizzle XORs bits 4-6 with the
+  /// column's low three bits (2q + e), so offset_transposed(row0 + 8h, 8j + 2q + e) = lane_base(row0, q) + (8j + e) *
+  /// 128 + (lane_swizzle(row0, q) ^ (h << 5 | e << 4)): a per-lane base and four per-lane XOR values, the rest
+  /// immediates (computed in full per element, ptxas kept 16 offsets per thread and spilled at 128x176).
+  static FG_HOST_DEVICE uint32_t lane_base(uint32_t row0, uint32_t q) {
+    return (row0 / kTransposedSlabRows) * kTransposedSlabBytes + 2 * q * 128;
+  }
+  static FG_HOST_DEVICE uint32_t lane_swizzle(uint32_t row0, uint32_t q) {
+    return ((row0 % kTransposedSlabRows) * 4) ^ (q << 5);
+  }
 
   /// Byte offset of (row, col) in the shared tile; col is a multiple of kChunkCols (one 16-byte chunk), or, fp32, of 2
   /// (a float2 inside a chunk: the swizzle moves whole chunks).
@@ -118,6 +149,21 @@ struct EpilogueTile {
         for (uint32_t j = part * kPartQuads; j < min_of((part + 1) * kPartQuads, BLOCK_N / 8); ++j) {
 #pragma unroll
           for (uint32_t h = 0; h < 2; ++h) {
+            if constexpr (kTransposed) {
+              // The thread's row from threadIdx.x read here (one 64-row wave per warpgroup): values derived from the
+              // kernel's lane and warp indices stayed live across the K loop, and ptxas spilled them at 128x176.
+              static_assert(kNumWaves == 1, "transposed tiles: 128 rows, one wave per warpgroup");
+              const uint32_t tid = ptx::thread_index();
+              const uint32_t my_row = tid / 128 * kRowsPerWarpgroup + tid % 128 / 32 * 16 + tid % 32 / 4;
+              const uint32_t base = lane_base(my_row, tid % 4);
+              const uint32_t swizzle = lane_swizzle(my_row, tid % 4);
+#pragma unroll
+              for (uint32_t e = 0; e < 2; ++e) {
+                const uint32_t off = base + (8 * (j - part * kPartQuads) + e) * 128 + (swizzle ^ (h << 5 | e << 4));
+                ptx::st_shared_f32(reinterpret_cast<float*>(buffer + off), acc[w][j * 4 + 2 * h + e]);
+              }
+              continue;
+            }
             float* dst = reinterpret_cast<float*>(
                 buffer + offset(row + 8 * h, 8 * (j - part * kPartQuads) + 2 * (lane % 4)));
             float2 v = make_float2(acc[w][j * 4 + 2 * h], acc[w][j * 4 + 2 * h + 1]);
@@ -168,7 +214,21 @@ struct EpilogueTile {
       // This warpgroup's rows [row_lo, row_hi) are the tile's to write.
       const int32_t row_lo = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.first_row - int32_t(out_row0)));
       const int32_t row_hi = min_of(int32_t(kRowsPerWarpgroup), max_of(0, tile.row_limit - int32_t(out_row0)));
-      if (row_lo == 0 && row_hi == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
+      if constexpr (kTransposed) {
+        // The tiles are whole (the kernel's rows are a multiple of BLOCK_M): this warpgroup's two slabs, TMA clipping
+        // D's rows (the tile's columns) past its end.
+        static_assert(kReduce, "transposed tiles are reduced into D");
+        if (wg_thread == 0) {
+#pragma unroll
+          for (uint32_t s = 0; s < kRowsPerWarpgroup / kTransposedSlabRows; ++s) {
+            const uint32_t slab_row0 = wg_row0 + s * kTransposedSlabRows;
+            // A last part narrower than kStoreCols (BLOCK_N % 32 columns) goes through a descriptor of its height.
+            const TmaDescriptor* map = part_cols < kStoreCols ? &args.tma_c : &args.tma_d;
+            ptx::tma_reduce_add_2d(map, smem_d + (slab_row0 / kTransposedSlabRows) * kTransposedSlabBytes,
+                                   tile.row_base + int32_t(slab_row0), int32_t(n_start));
+          }
+        }
+      } else if (row_lo == 0 && row_hi == int32_t(kRowsPerWarpgroup) && !tile.check_rows) {
         // Full rows: TMA clips columns >= N and rows past the tensor.
         if (wg_thread == 0) {
           // D's lines evict-first (args.d_evict_first, decided on the host) where the output outgrows the L2: they

@@ -9,10 +9,14 @@ struct GemmArgs {
   TmaDescriptor tma_a;        ///< A as 2D [rows, K] fp8, box (128, a_box_rows), 128B swizzle
   TmaDescriptor tma_b;        ///< B as 2D [G * N, K] fp8, box (128, BLOCK_N), 128B swizzle
   TmaDescriptor tma_sa;       ///< SA MN-major as 2D [G * KB, M_pad] fp32, box (rows, 1) (unused when SA is K-major)
-  TmaDescriptor tma_d;        ///< D as 2D [rows, N] bf16 or fp32, box (epilogue slab width, 64), swizzled like the smem tile
+  /// D as 2D [rows, N] bf16 or fp32, box (epilogue slab width, 64), swizzled like the smem tile (kOutF32AddToDT: D as
+  /// the call gives it, box (32, 32): a slab of a transposed part)
+  TmaDescriptor tma_d;
   TmaDescriptor tma_a_half;   ///< A like tma_a, box (128, min(a_box_rows, 128)) (gemm_has_a_half_box kernels only)
   TmaDescriptor tma_sb;       ///< 1x128 SB MN-major as 2D [G * KB, N_pad] fp32, box (BLOCK_N, 1) (kSbRowMnMajor only)
-  TmaDescriptor tma_c;        ///< C like tma_d, fp32 (kOutF32AddC only)
+  /// C like tma_d, fp32 (kOutF32AddC); with kOutF32AddToDT, D with the box of a tile's last part where it is
+  /// narrower than the others (BLOCK_N % 32 rows of D)
+  TmaDescriptor tma_c;
   // The scalars every role reads at its first tile come first, in one 64-byte line of the constant bank: each line
   // of parameters a thread touches first costs it a constant-cache miss (~200 ns on an H100 at a call's start).
   int32_t num_rows;           ///< M (normal), M_sum (contiguous), M_max (masked)

@@ -70,7 +70,20 @@ enum GemmOutput : uint32_t {
   /// D = C + A x B^T, fp32, C another tensor or D itself: C's tiles loaded by TMA into two shared tiles in turn, each
   /// a tile ahead of its use, so that C's reads and D's writes stream under the K loops (memory-bound calls)
   kOutF32AddCAhead = 4,
+  /// D += (A x B^T)^T, fp32 (C is D): the kernel runs a weight gradient on the tile grid of D^T, its A and B the
+  /// call's B and A (both with 1x128 scales along K), and reduces each tile into D transposed by TMA. Chosen where
+  /// D^T's tiles take fewer rounds of the SMs than D's (heuristics.cpp); dense 128-row tiles, the kernel's rows a
+  /// multiple of 128 (every tile whole, no row-checked path).
+  kOutF32AddToDT = 5,
 };
+
+/// Whether the kernel reduces its tiles into D by TMA (D += A x B^T, as given or transposed).
+FG_HOST_DEVICE constexpr bool gemm_reduces_into_d(uint32_t output) {
+  return output == kOutF32AddToD || output == kOutF32AddToDT;
+}
+
+/// Whether the kernel's tiles are tiles of D^T (kOutF32AddToDT).
+FG_HOST_DEVICE constexpr bool gemm_d_transposed(uint32_t output) { return output == kOutF32AddToDT; }
 
 /// Whether the output's kernel loads C's tiles by TMA (kOutF32AddC, kOutF32AddCAhead).
 FG_HOST_DEVICE constexpr bool gemm_loads_c(uint32_t output) {
@@ -85,16 +98,18 @@ FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return outpu
 
 /// Whether the output tile goes out in parts (gemm_store_cols): fp32 tiles wider than 64 columns without a C to load.
 FG_HOST_DEVICE constexpr bool gemm_stores_in_parts(uint32_t block_n, uint32_t output) {
-  return (output == kOutF32 || output == kOutF32AddToD) && block_n > 64;
+  return (output == kOutF32 || gemm_reduces_into_d(output)) && block_n > 64;
 }
 
 /// Columns of the output tile one shared buffer holds (a part of the tile). fp32 tiles without a C to load go out in
 /// parts, each stored (or reduced) from its buffer while the next is written: a whole 128x160 fp32 tile (80 KB) left
-/// shared memory for 3 stages, parts of 64 columns (32 KB) leave it 5. Parts of 32 columns in K-grouped tiles and in
-/// dense ones of at most 144 columns, of 64 in wider dense tiles. bf16 tiles and fp32 ones that C's tile is loaded
-/// into are held whole. `k_grouped`: the K-grouped kind (K = 0 in the kernel's template).
+/// shared memory for 3 stages, parts of 64 columns (32 KB) leave it 5. Parts of 32 columns in K-grouped tiles, in
+/// dense ones of at most 144 columns and in those reduced into D transposed, of 64 in wider dense tiles. bf16 tiles and
+/// fp32 ones that C's tile is loaded into are held whole. `k_grouped`: the K-grouped kind (K = 0 in the kernel's
+/// template).
 FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t output, bool k_grouped) {
   if (!gemm_stores_in_parts(block_n, output)) return block_n;
+  if (gemm_d_transposed(output)) return 32u;  // a part is a TMA box's 32 rows of D (tile columns)
   return k_grouped || block_n <= 144 ? 32u : 64u;
 }
 
@@ -110,7 +125,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_store_cols(uint32_t block_n, uint32_t out
 /// 24576x4096x1536 348.6, 348.5 -> 351.8, 352.1, 7168x4096x2048 139.8, 139.8 -> 141.0, 140.6.
 FG_HOST_DEVICE constexpr uint32_t gemm_store_buffers(uint32_t block_n, uint32_t output, bool k_grouped) {
   if (!gemm_stores_in_parts(block_n, output)) return 1u;
-  return (output == kOutF32AddToD && block_n > 144 ? 128u : 64u) / gemm_store_cols(block_n, output, k_grouped);
+  return (gemm_reduces_into_d(output) && block_n > 144 ? 128u : 64u) / gemm_store_cols(block_n, output, k_grouped);
 }
 
 /// Floats a stage holds per tile row of SA (the K-major TMA box is 4 wide).
@@ -207,16 +222,24 @@ FG_HOST_DEVICE constexpr bool gemm_roomy_producer(GemmKind kind, uint32_t block_
   return block_m == 128 && ((grouped_by_rows && block_n <= 160) || (kind == GemmKind::kGroupedK && block_n == 144) ||
                             (sa_mode == kSaKMajorGather && block_n <= 192));
 }
+/// The 128x176 weight-gradient tiles on D^T's tiles (gemm_d_transposed; 1x128 scales of both operands, the widest
+/// tile those scales fit): their math warpgroups hold 88 + 88 accumulators and 44 column scales and take 240
+/// registers, the producer warpgroup the remaining 24 (its A box a constant there). At 232 / 40 the math spilled.
+FG_HOST_DEVICE constexpr bool gemm_widest_sb_per_row_tile(uint32_t block_m, uint32_t block_n, uint32_t output) {
+  return block_m == 128 && block_n == 176 && gemm_d_transposed(output);
+}
 /// The 64-row kernels (one math warpgroup, 256 threads) have registers to spare: the weight gradient's (1x128 SB, a
 /// scale per column of the tile) take 248, with which its 64x96 tiles of three K blocks in flight stop spilling (12
 /// bytes with 232); the others keep 232.
 FG_HOST_DEVICE constexpr uint32_t gemm_math_registers(GemmKind kind, uint32_t block_m, uint32_t block_n,
-                                                      uint32_t sa_mode, uint32_t sb_mode) {
+                                                      uint32_t sa_mode, uint32_t sb_mode, uint32_t output) {
   if (block_m == 64 && sb_mode == kSbRowMnMajor) return 248;
+  if (gemm_widest_sb_per_row_tile(block_m, block_n, output)) return 240;
   return gemm_roomy_producer(kind, block_m, block_n, sa_mode) ? 224 : 232;
 }
 FG_HOST_DEVICE constexpr uint32_t gemm_producer_registers(GemmKind kind, uint32_t block_m, uint32_t block_n,
-                                                          uint32_t sa_mode) {
+                                                          uint32_t sa_mode, uint32_t output) {
+  if (gemm_widest_sb_per_row_tile(block_m, block_n, output)) return 24;
   return gemm_roomy_producer(kind, block_m, block_n, sa_mode) ? 56 : 40;
 }
 

@@ -74,11 +74,21 @@ FG_DEVICE void load_c_tile(const GemmArgs& args, const GemmSmem& smem, const Til
 template <class Cfg>
 FG_DEVICE void prefetch_d_tile(const GemmArgs& args, const Tile& tile) {
   using Epilogue = typename Cfg::Epilogue;
+  if constexpr (Cfg::kDTransposed) {
+    // The tile's rows are D's columns: boxes of (32 columns, a part's rows of D).
 #pragma unroll
-  for (uint32_t r = 0; r < Cfg::BLOCK_M; r += Epilogue::kRowsPerWarpgroup) {
+    for (uint32_t r = 0; r < Cfg::BLOCK_M; r += Epilogue::kTransposedSlabRows) {
 #pragma unroll
-    for (uint32_t col = 0; col < Cfg::BLOCK_N; col += Epilogue::kSlabCols)
-      ptx::tma_prefetch_2d_l2(&args.tma_d, int32_t(tile.n_block * Cfg::BLOCK_N + col), tile.row_base + int32_t(r));
+      for (uint32_t col = 0; col < Cfg::BLOCK_N; col += Epilogue::kStoreColumns)
+        ptx::tma_prefetch_2d_l2(&args.tma_d, tile.row_base + int32_t(r), int32_t(tile.n_block * Cfg::BLOCK_N + col));
+    }
+  } else {
+#pragma unroll
+    for (uint32_t r = 0; r < Cfg::BLOCK_M; r += Epilogue::kRowsPerWarpgroup) {
+#pragma unroll
+      for (uint32_t col = 0; col < Cfg::BLOCK_N; col += Epilogue::kSlabCols)
+        ptx::tma_prefetch_2d_l2(&args.tma_d, int32_t(tile.n_block * Cfg::BLOCK_N + col), tile.row_base + int32_t(r));
+    }
   }
 }
 
@@ -205,7 +215,10 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
     const TmaDescriptor* tma_a = a_half ? &args.tma_a_half : &args.tma_a;
     if constexpr (Cfg::kRuntimeK) tma_a = maps.enter(smem, tile);
     const int32_t a_row = Cfg::kRuntimeK ? sa_row_base : tile.row_base;
-    const uint32_t a_box_rows = a_half ? min_of(args.a_box_rows, Cfg::BLOCK_M / 2) : args.a_box_rows;
+    // (On D^T's tiles the kernel's rows are a multiple of BLOCK_M: the box is whole, a constant.)
+    const uint32_t a_box_rows = Cfg::kDTransposed ? Cfg::BLOCK_M
+                                : a_half          ? min_of(args.a_box_rows, Cfg::BLOCK_M / 2)
+                                                  : args.a_box_rows;
     const uint32_t a_bytes = Cfg::kABytes - Layout::kABytesPerStage + a_box_rows * kBlockK;
     const uint32_t kb_end = tile_kb_end<Cfg>(tile, kb_begin);
 #pragma unroll 1  // unrolled, the loop spilled out of the producer's 40 registers

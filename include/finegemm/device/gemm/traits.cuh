@@ -36,13 +36,15 @@ struct GemmTraits {
   static constexpr uint32_t kOutBytes = gemm_out_bytes(kOutput);
   using Epilogue =
       EpilogueTile<BLOCK_M, BLOCK_N, kOutBytes, gemm_store_cols(BLOCK_N, kOut, K == 0),
-                   gemm_store_buffers(BLOCK_N, kOut, K == 0)>;
+                   gemm_store_buffers(BLOCK_N, kOut, K == 0), gemm_d_transposed(kOut)>;
   /// D = C + A x B^T: the A issuer loads C's tile into a shared output tile at each tile's start; with
   /// kOutF32AddCAhead into two of them in turn (the tile after next's C may load while this tile's D is stored).
   static constexpr bool kAddC = gemm_loads_c(kOutput);
   static constexpr uint32_t kNumDTiles = Layout::kNumDTiles;
-  /// D += A x B^T: the epilogue's TMA stores are reductions (fp32 adds in the L2) into D.
-  static constexpr bool kAddToD = kOutput == kOutF32AddToD;
+  /// D += A x B^T: the epilogue's TMA stores are reductions (fp32 adds in the L2) into D (or, kDTransposed, into D
+  /// with the tile's rows as D's columns).
+  static constexpr bool kAddToD = gemm_reduces_into_d(kOutput);
+  static constexpr bool kDTransposed = gemm_d_transposed(kOutput);
   static constexpr bool kGrouped = kGemmKind != GemmKind::kNormal;
   /// K-grouped: K is not compiled in (K = 0); each tile runs over its group's K blocks (Tile::k_block0,
   /// Tile::num_k_blocks), A and B through per-group descriptors the issuers write (GroupedKMaps).
@@ -56,8 +58,9 @@ struct GemmTraits {
   static constexpr uint32_t kWaveRows = Layout::kWaveRows;
   static constexpr uint32_t kNumMathThreads = kNumMathWarpgroups * 128;
   static constexpr uint32_t kNumMathWarps = kNumMathThreads / 32;
-  static constexpr uint32_t kMathRegisters = gemm_math_registers(kGemmKind, BLOCK_M, BLOCK_N, kSaMode, kSbMode);
-  static constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGemmKind, BLOCK_M, BLOCK_N, kSaMode);
+  static constexpr uint32_t kMathRegisters =
+      gemm_math_registers(kGemmKind, BLOCK_M, BLOCK_N, kSaMode, kSbMode, kOutput);
+  static constexpr uint32_t kProducerRegisters = gemm_producer_registers(kGemmKind, BLOCK_M, BLOCK_N, kSaMode, kOutput);
 
   // ---- Scales -------------------------------------------------------------------------------------------------
   /// SA by TMA (MN-major, or K-major in boxes 4 K blocks wide) or gathered by the scale warp (K-major, other strides).

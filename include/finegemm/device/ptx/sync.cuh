@@ -49,6 +49,13 @@ FG_DEVICE void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
 
+/// threadIdx.x read from its special register where it is used (ptxas may then read it again rather than keep it).
+FG_DEVICE uint32_t thread_index() {
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid;
+}
+
 FG_DEVICE uint32_t lane_id() {
   uint32_t lane;
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
