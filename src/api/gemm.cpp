@@ -360,9 +360,6 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     per_stage.sa_once = 0;
     plan->config = heuristics::select_config(problem_of(c), num_sms, per_stage);
   }
-  // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
-  // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
-  // The gathering kernels have no wide tail (device::gemm_wide_tail): their last row block runs as full tiles.
   // On D^T's tiles the call's A is the kernel's B, whose rows the kernel reads contiguous: with a row stride of A
   // other than K, the heuristic's pick on D's own tiles.
   if (device::gemm_d_transposed(plan->config.output) && c.lda != c.k) {
@@ -370,6 +367,9 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
     own_tiles.d_transposed = 0;
     plan->config = heuristics::select_config(problem_of(c), num_sms, own_tiles);
   }
+  // K-major SA goes by TMA only with a row stride of a multiple of 4 floats and a 16-byte aligned base (TMA's stride
+  // and address rules); otherwise the same tile with the scales gathered (it needs less shared memory).
+  // The gathering kernels have no wide tail (device::gemm_wide_tail): their last row block runs as full tiles.
   if (plan->config.sa_mode == device::kSaKMajorTma && !sa_tma_aligned) {
     plan->config.sa_mode = device::kSaKMajorGather;
     plan->config.wide_tail = false;

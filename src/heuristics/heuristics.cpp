@@ -124,8 +124,8 @@ int max_block_n(int block_m) { return block_m == 64 ? 176 : block_m == 128 ? 192
 /// docs/performance.md, "What was tried"). On D^T's tiles 128x176 too, with 240 math registers
 /// (device::gemm_widest_sb_per_row_tile).
 int max_block_n_sb_per_row(int block_m, uint32_t output) {
-  if (block_m == 128 && device::gemm_widest_sb_per_row_tile(128, 176, output)) return 176;
-  return block_m == 64 ? 128 : block_m == 128 ? 160 : 0;
+  if (block_m == 128) return device::gemm_d_transposed(output) ? 176 : 160;
+  return block_m == 64 ? 128 : 0;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -378,11 +378,16 @@ bool may_transpose_d(const Problem& p) {
          p.accumulate && p.c_is_d && p.n % 128 == 0 && p.m % 8 == 0;
 }
 
-Problem kernel_problem(const Problem& p, const KernelConfig& c) {
-  if (!device::gemm_d_transposed(c.output)) return p;
+namespace {
+Problem with_m_and_n_swapped(const Problem& p) {
   Problem q = p;
   std::swap(q.m, q.n);
   return q;
+}
+}  // namespace
+
+Problem kernel_problem(const Problem& p, const KernelConfig& c) {
+  return device::gemm_d_transposed(c.output) ? with_m_and_n_swapped(p) : p;
 }
 
 namespace {
@@ -542,11 +547,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
   enumerate_oriented(p, outputs, num_sms, constraints, hw, out);
   // A weight gradient may run on D^T's tiles instead, where they fit the SMs' rounds better (select_config).
-  if (may_transpose_d(p)) {
-    KernelConfig swapped;
-    swapped.output = device::kOutF32AddToDT;
-    enumerate_oriented(kernel_problem(p, swapped), {device::kOutF32AddToDT}, num_sms, constraints, hw, out);
-  }
+  if (may_transpose_d(p))
+    enumerate_oriented(with_m_and_n_swapped(p), {device::kOutF32AddToDT}, num_sms, constraints, hw, out);
   return out;
 }
 
@@ -723,6 +725,7 @@ int pdl_prefetch_b_blocks_for(const Problem& p, const KernelConfig& c) {
 
 }  // namespace
 
+namespace {
 /// Weight gradients run on D^T's tiles (kOutF32AddToDT) where D fits the L2 (d_fits_the_l2) and the kernel's tiles
 /// then cover fewer rounds of the SMs, as the model times them. Measured on an H200 (`finegemm bench`, C = D, the same
 /// binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two rounds, us): 576x4096x7168 38.2,
@@ -731,7 +734,6 @@ int pdl_prefetch_b_blocks_for(const Problem& p, const KernelConfig& c) {
 /// 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where the model times them alike, D^T's tiles measured faster where the call's M
 /// is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row block of 64
 /// rows) and slower where it is (4096x4096x7168 243.1, 243.0 -> 254.5, 254.0).
-namespace {
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
 }  // namespace
 
