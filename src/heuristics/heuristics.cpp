@@ -184,6 +184,20 @@ CallBytes call_bytes(const Problem& p) {
   return CallBytes{rows * double(p.k), b_groups * double(p.n * p.k), output_bytes_per_element(p) * rows * double(p.n)};
 }
 
+/// Whether D (fp32, the call's M x N) fits the L2.
+bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
+  return double(p.m) * double(p.n) * 4.0 <= hw.l2_bytes;
+}
+
+/// Where D outgrows the L2, a tile on D^T's grid takes this much longer than one of the same size on D's own grid:
+/// its transposed reductions into D cost it more there. Measured on an H200 (`finegemm bench`, C = D, 128x160 tiles
+/// on a grid of 1440 in 11 rounds either way, two rounds, us): 7168x4096x16384 on D^T's tiles 950.4, 950.9 against
+/// 898.4, 897.0 for a 4096x7168x16384 call on D's own (5.9%; on another machine 923.2, 922.4 against 875.7, 876.4,
+/// 5.4%); at 128x176 (7168x4096x16384 in 10 rounds, 1312 tiles, against 4096x7168x16384 on D's own 128x160 in 11)
+/// 903.4, 902.6 against 898.4, 897.0, about what its 10% more columns per tile cost. At 2112x4096x7168 (D of 35 MB)
+/// the two ran alike (128x176: 123.6, 124.0 against 124.0, 123.8 us).
+constexpr double kDTransposedTileFactorBeyondL2 = 1.06;
+
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const int64_t n_blocks = ceil_div(p.n, c.block_n);
   const int groups = tiled_groups(p);
@@ -240,8 +254,10 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   // Loaded a tile ahead, C's reads and D's writes run under the K loops; otherwise each tile's stores (or reductions
   // into D, whose reads the L2 makes as it adds) follow its K loop.
   const double tile_math_s = tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s;
+  const double d_transposed_factor =
+      device::gemm_d_transposed(c.output) && !d_fits_the_l2(p, hw) ? kDTransposedTileFactorBeyondL2 : 1.0;
   const double tile_s = c.output == device::kOutF32AddCAhead ? std::max(tile_math_s, tile_store_s)
-                                                              : tile_math_s + tile_store_s;
+                                                              : d_transposed_factor * (tile_math_s + tile_store_s);
   c.tile_us = 1e6 * tile_s;
   // The M-grouped kernels read B as one [G * N, K] tensor: an n-block that runs past N reads the next group's first
   // rows too (TMA clips only at the tensor's end). Where the call is B's stream, that decides between tiles the model
@@ -392,17 +408,6 @@ Problem kernel_problem(const Problem& p, const KernelConfig& c) {
 
 namespace {
 
-/// Whether D (fp32, the call's M x N) fits the L2: where it does not, the kernels on D^T's tiles measured slower than
-/// on D's own, their transposed reductions into D costing each tile 4-8% (H200, `finegemm bench`, C = D, the same
-/// binary forced to either, FINEGEMM_FORCE_CONFIG=dt=0,bn=160 / dt=1,bn=160, two rounds, us: 7168x4096x16384 946.8,
-/// 947.1 / 972.1, 970.1, the tile grid of D^T at 131 CTAs in 11 rounds against D's at 122 in 12; 4096x7168x16384 898.8,
-/// 899.1 / 1022.6, 1023.2, D^T's grid the larger there; on another machine the first 934.7, 933.7 / 923.2, 922.4).
-/// At 2112x4096x7168 (D 35 MB) the kernel on D^T's tiles ran as fast as on a call of D^T's shape (128x176: 123.6, 124.0
-/// against 124.0, 123.8 us).
-bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
-  return double(p.m) * double(p.n) * 4.0 <= hw.l2_bytes;
-}
-
 /// The candidates of `p` as the kernel computes it (M x N; for kOutF32AddToDT the call's N x M) with `outputs`.
 void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, int num_sms,
                         const ConfigConstraints& constraints, const HardwareModel& hw, std::vector<Candidate>& out) {
@@ -495,9 +500,6 @@ void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, 
           } else if (device::gemm_d_transposed(output) && (block_m != 128 || split != 1 || block_n < 128)) {
             cand.rejected = "D^T's tiles: 128-row tiles with two math warpgroups, no split-K, at least 128 columns "
                             "(where the tile's cost per column is that of D's own tiles: only the rounds differ)";
-          } else if (device::gemm_d_transposed(output) && !d_fits_the_l2(p, hw) && constraints.d_transposed != 1) {
-            cand.rejected = "D^T's tiles measured slower where D outgrows the L2 (its transposed reductions then cost "
-                            "4-8% of a tile)";
           } else if ((constraints.block_m != 0 && constraints.block_m != block_m) ||
                      (constraints.block_n != 0 && constraints.block_n != block_n) ||
                      (constraints.split_k != 0 && constraints.split_k != split) ||
@@ -726,14 +728,16 @@ int pdl_prefetch_b_blocks_for(const Problem& p, const KernelConfig& c) {
 }  // namespace
 
 namespace {
-/// Weight gradients run on D^T's tiles (kOutF32AddToDT) where D fits the L2 (d_fits_the_l2) and the kernel's tiles
-/// then cover fewer rounds of the SMs, as the model times them. Measured on an H200 (`finegemm bench`, C = D, the same
-/// binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two rounds, us): 576x4096x7168 38.2,
-/// 38.6 -> 35.0, 35.6 (128x160 over 130 tiles -> 128x144 over 128); 2112x1024x7168 37.1, 37.1 -> 34.9, 34.2;
-/// 2112x1024x640 8.4, 8.5 -> 8.0, 8.0; 304x7168x7168 49.9, 49.7 -> 39.6, 40.0; 304x7168x640 9.8, 9.9 -> 9.1, 9.0;
-/// 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where the model times them alike, D^T's tiles measured faster where the call's M
-/// is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row block of 64
-/// rows) and slower where it is (4096x4096x7168 243.1, 243.0 -> 254.5, 254.0).
+/// Weight gradients run on D^T's tiles (kOutF32AddToDT) where the kernel's tiles then cover fewer rounds of the SMs, as
+/// the model times them (kDTransposedTileFactorBeyondL2 where D outgrows the L2). Measured on an H200 (`finegemm
+/// bench`, C = D, the same binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two rounds,
+/// us): 576x4096x7168 38.2, 38.6 -> 35.0, 35.6 (128x160 over 130 tiles -> 128x144 over 128); 2112x1024x7168 37.1,
+/// 37.1 -> 34.9, 34.2; 2112x1024x640 8.4, 8.5 -> 8.0, 8.0; 304x7168x7168 49.9, 49.7 -> 39.6, 40.0; 304x7168x640 9.8,
+/// 9.9 -> 9.1, 9.0; 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where D outgrows the L2 (128x160 in 12 and 7 rounds -> 128x176
+/// in 10 and 6): 7168x4096x16384 938.1, 935.1 -> 892.3, 891.4; 7168x4096x2048 139.1, 139.0 -> 136.4, 136.6;
+/// 4096x4096x7168 243.8, 243.1 -> 236.6, 236.0. Where the model times them alike, D^T's tiles measured faster where
+/// the call's M is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row
+/// block of 64 rows) and slower where it is (4096x4096x7168 on 128x160 either way 243.1, 243.0 -> 254.5, 254.0).
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
 }  // namespace
 

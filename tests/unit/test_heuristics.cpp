@@ -765,15 +765,15 @@ TEST(Heuristics, WgradPicksNoBlock256AndFitSharedMemory) {
 }
 
 // With 1x128 scales on both operands a K block's promotion scales each column by its own factor, and wider tiles in
-// fewer rounds pay: DeepSeek-V3's 4096x4096x7168 and 7168x4096x2048 take 128x160 tiles (7 and 12 rounds) over 128x128
-// (8 and 14), as measured on an H200; 2112x4096x7168 keeps 128x144 (4 rounds either way).
+// fewer rounds pay: on D's own tiles, DeepSeek-V3's 4096x4096x7168 and 7168x4096x2048 take 128x160 tiles (7 and 12
+// rounds) over 128x128 (8 and 14), as measured on an H200 (the heuristic takes D^T's tiles there: the next test).
 TEST(Heuristics, WgradTakesWideTilesWhereTheySaveRounds) {
   auto wgrad = [](int64_t m, int64_t n, int64_t k) {
     Problem p = dense(m, n, k);
     p.sb_per_row = true;
     p.d_dtype = finegemm::DType::kFloat32;
     p.accumulate = p.c_is_d = true;
-    return fh::select_config(p, 132);
+    return fh::select_config(p, 132, fh::parse_constraints("dt=0"));
   };
   const auto a = wgrad(4096, 4096, 7168);
   EXPECT_EQ(a.block_m, 128);
@@ -782,21 +782,21 @@ TEST(Heuristics, WgradTakesWideTilesWhereTheySaveRounds) {
   const auto b = wgrad(7168, 4096, 2048);
   EXPECT_EQ(b.block_n, 160) << b.describe();
   EXPECT_EQ(b.num_waves, 12);
-  EXPECT_EQ(wgrad(2112, 4096, 7168).block_n, 176);  // on D^T's tiles: 384 of them, 3 rounds
   // The steady FFMA pass: with the columns' own scales only the 128x160 tiles gain from it.
   EXPECT_TRUE(fh::takes_steady_ffma_pass(a));
-  EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(2112, 4096, 7168)));
+  EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(2112, 4096, 7168)));  // 128x144
   EXPECT_FALSE(fh::takes_steady_ffma_pass(wgrad(32768, 4096, 512)));
   // The forward GEMM's picks (one scale per 128x128 block of B) are not moved: 4096x4096x7168 stays 256x128.
   EXPECT_EQ(fh::select_config(dense(4096, 4096, 7168), 132).block_m, 256);
 }
 
 // Weight gradients run on D^T's tiles (kOutF32AddToDT: the kernel's M, N and operands the call's N, M and B, A) where
-// D fits the L2 and those tiles fit the SMs' rounds better: DeepSeek-V3's 576x4096x7168 (one round of 128 tiles of
-// 128x144) and 2112x4096x7168 (3 rounds of 128x176, a width only D^T's tiles take); not 4096x4096x7168 (measured
-// slower), 7168x4096x16384 and 7168x4096x2048 (D of 117 MB; D^T's grid would take 11 rounds instead of 12), nor the
-// memory-bound K = 512 (C ahead). Never where the kernel could not: K-major SA, C apart from D, N not a multiple of
-// 128, M not a multiple of 8.
+// those tiles fit the SMs' rounds better, as the time model counts them (with the cost of their transposed reductions
+// where D outgrows the L2): DeepSeek-V3's 576x4096x7168 (one round of 128 tiles of 128x144), 2112x4096x7168 (3 rounds
+// of 128x176, a width only D^T's tiles take), 7168x4096x16384 and 7168x4096x2048 (10 rounds of 128x176 against 12 of
+// 128x160) and 4096x4096x7168 (6 against 7); not 24576x4096x1536 (34 rounds against 38 of 128x160, less than the
+// reductions cost), nor the memory-bound K = 512 (C ahead). Never where the kernel could not: K-major SA, C apart from
+// D, N not a multiple of 128, M not a multiple of 8.
 TEST(Heuristics, WgradRunsOnTheTilesOfDTransposedWhereTheyFitTheRounds) {
   namespace fd = finegemm::device;
   auto wgrad = [](int64_t m, int64_t n, int64_t k) {
@@ -824,11 +824,21 @@ TEST(Heuristics, WgradRunsOnTheTilesOfDTransposedWhereTheyFitTheRounds) {
   EXPECT_LE(fh::select_config(wgrad(2112, 4096, 7168), 132, fh::parse_constraints("dt=0")).block_n, 160);
   EXPECT_THROW(fh::select_config(wgrad(2112, 4096, 7168), 132, fh::parse_constraints("dt=0,bn=176")),
                finegemm::Error);
-  for (auto [m, k] :
-       {std::pair<int64_t, int64_t>{4096, 7168}, {7168, 16384}, {7168, 2048}, {24576, 1536}, {32768, 512}})
+  using Case = std::tuple<int64_t, int64_t, int64_t>;  // M, K, rounds (N = 4096)
+  for (auto [m, k, waves] : {Case{7168, 16384, 10}, Case{7168, 2048, 10}, Case{4096, 7168, 6}}) {
+    const auto c = fh::select_config(wgrad(m, 4096, k), 132);
+    EXPECT_TRUE(dt(c)) << m << "x4096x" << k << ": " << c.describe();
+    EXPECT_EQ(c.block_n, 176) << m << "x4096x" << k;
+    EXPECT_EQ(c.num_waves, waves) << m << "x4096x" << k;
+  }
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{24576, 1536}, {32768, 512}})
     EXPECT_FALSE(dt(fh::select_config(wgrad(m, 4096, k), 132))) << m << "x4096x" << k;
-  // Forced, D^T's tiles where D outgrows the L2 too.
-  EXPECT_TRUE(dt(fh::select_config(wgrad(7168, 4096, 16384), 132, fh::parse_constraints("dt=1"))));
+  // Where D outgrows the L2, a D^T tile is modeled longer than the same tile on D's own grid: at equal rounds (a
+  // square call, 128x160 forced either way) D's own tiles win.
+  const auto square = [&](const char* force) {
+    return fh::select_config(wgrad(4096, 4096, 7168), 132, fh::parse_constraints(force));
+  };
+  EXPECT_GT(square("dt=1,bn=160").estimated_us, square("dt=0,bn=160").estimated_us);
   // Where the kernel could not run on D^T's tiles, neither the heuristic nor a forced dt=1 takes them.
   Problem k_major = wgrad(576, 4096, 7168);
   k_major.sa_k_major = true;
@@ -840,7 +850,7 @@ TEST(Heuristics, WgradRunsOnTheTilesOfDTransposedWhereTheyFitTheRounds) {
     EXPECT_THROW(fh::select_config(p, 132, fh::parse_constraints("dt=1")), finegemm::Error);
   }
   // Forced either way (FINEGEMM_FORCE_CONFIG=dt=...), for measurements.
-  EXPECT_TRUE(dt(fh::select_config(wgrad(4096, 4096, 7168), 132, fh::parse_constraints("dt=1"))));
+  EXPECT_FALSE(dt(fh::select_config(wgrad(4096, 4096, 7168), 132, fh::parse_constraints("dt=0"))));
   EXPECT_FALSE(dt(fh::select_config(wgrad(576, 4096, 7168), 132, fh::parse_constraints("dt=0"))));
   EXPECT_THROW(fh::parse_constraints("dt=2"), finegemm::Error);
 }

@@ -71,9 +71,9 @@ enum GemmOutput : uint32_t {
   /// a tile ahead of its use, so that C's reads and D's writes stream under the K loops (memory-bound calls)
   kOutF32AddCAhead = 4,
   /// D += (A x B^T)^T, fp32 (C is D): the kernel runs a weight gradient on the tile grid of D^T, its A and B the
-  /// call's B and A (both with 1x128 scales along K), and reduces each tile into D transposed by TMA. Chosen where D
-  /// fits the L2 and D^T's tiles take fewer rounds of the SMs than D's (heuristics.cpp); dense 128-row tiles, the
-  /// kernel's rows a multiple of 128 (every tile whole, no row-checked path).
+  /// call's B and A (both with 1x128 scales along K), and reduces each tile into D transposed by TMA. Chosen where
+  /// D^T's tiles take fewer rounds of the SMs than D's, as the time model counts them (heuristics.cpp); dense 128-row
+  /// tiles, the kernel's rows a multiple of 128 (every tile whole, no row-checked path).
   kOutF32AddToDT = 5,
 };
 
