@@ -256,9 +256,17 @@ void encode_outputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs
   const uint32_t slab_cols = device::epilogue_slab_cols(uint32_t(cfg.block_n), out_bytes);
   const CUtensorMapSwizzle out_swizzle =
       swizzle_for_bytes(device::epilogue_swizzle_bytes(uint32_t(cfg.block_n), out_bytes));
+  if (cfg.output == device::kOutBf16DT) {
+    // On D^T's tiles (c is the kernel's call: D's rows are its N, D's columns its rows), bf16: a box of a math
+    // warpgroup's 64 columns and the tile's rows of D.
+    encode_2d(args.tma_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, c.d, uint64_t(c.a_rows), uint64_t(c.n),
+              uint64_t(c.ld_d) * 2, device::kWarpgroupRows, uint32_t(cfg.block_n), CU_TENSOR_MAP_SWIZZLE_128B,
+              "cuTensorMapEncodeTiled(D, transposed)");
+    return;
+  }
   if (device::gemm_d_transposed(cfg.output)) {
-    // On D^T's tiles (c is the kernel's call: D's rows are its N, D's columns its rows): boxes of 32 columns and a
-    // part's rows of D, and, where the tile's last part is narrower, a second descriptor of its height (tma_c).
+    // On D^T's tiles, fp32 reduced into D: boxes of 32 columns and a part's rows of D, and, where the tile's last part
+    // is narrower, a second descriptor of its height (tma_c).
     const uint32_t part_rows = device::gemm_store_cols(uint32_t(cfg.block_n), cfg.output, false);
     const uint32_t last_rows = uint32_t(cfg.block_n) % part_rows;
     encode_2d(args.tma_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.d, uint64_t(c.a_rows), uint64_t(c.n),
@@ -317,7 +325,7 @@ void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, dev
   args.d_prefetch_lead = uint32_t(cfg.d_prefetch_lead);
 }
 
-/// The call as the kernel of `cfg` computes it: on D^T's tiles (kOutF32AddToDT), A and B, their scales, and M and N
+/// The call as the kernel of `cfg` computes it: on D^T's tiles (gemm_d_transposed), A and B, their scales, and M and N
 /// trade places (D stays the call's; B's rows are contiguous, and A's must be: build_plan). Otherwise the call itself.
 GemmCall kernel_call(const GemmCall& c, const KernelConfig& cfg) {
   if (!device::gemm_d_transposed(cfg.output)) return c;

@@ -184,9 +184,9 @@ CallBytes call_bytes(const Problem& p) {
   return CallBytes{rows * double(p.k), b_groups * double(p.n * p.k), output_bytes_per_element(p) * rows * double(p.n)};
 }
 
-/// Whether D (fp32, the call's M x N) fits the L2.
+/// Whether D (the call's M x N) fits the L2.
 bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
-  return double(p.m) * double(p.n) * 4.0 <= hw.l2_bytes;
+  return double(p.m) * double(p.n) * (p.d_dtype == DType::kFloat32 ? 4.0 : 2.0) <= hw.l2_bytes;
 }
 
 /// Where D outgrows the L2, a tile on D^T's grid takes this much longer than one of the same size on D's own grid:
@@ -292,6 +292,7 @@ std::string KernelConfig::describe() const {
          : output == device::kOutF32AddC   ? " out=fp32,C"
          : output == device::kOutF32AddToD ? " out=fp32,+=D"
          : output == device::kOutF32AddToDT ? " out=fp32,+=D on D^T's tiles"
+         : output == device::kOutBf16DT    ? " on D^T's tiles"
          : output == device::kOutF32AddCAhead ? " out=fp32,C-ahead"
                                            : "")
      << " grid=" << grid
@@ -390,8 +391,10 @@ bool c_and_d_outweigh_math(const Problem& p, const HardwareModel& hw, int num_sm
 }
 
 bool may_transpose_d(const Problem& p) {
-  return p.kind == GemmKind::kNormal && p.sb_per_row && !p.sa_k_major && p.d_dtype == DType::kFloat32 &&
-         p.accumulate && p.c_is_d && p.n % 128 == 0 && p.m % 8 == 0;
+  const bool reduced_into_d = p.d_dtype == DType::kFloat32 && p.accumulate && p.c_is_d;
+  const bool bf16_without_c = p.d_dtype == DType::kBFloat16 && !p.accumulate;
+  return p.kind == GemmKind::kNormal && p.sb_per_row && !p.sa_k_major && (reduced_into_d || bf16_without_c) &&
+         p.n % 128 == 0 && p.m % 8 == 0;
 }
 
 namespace {
@@ -408,7 +411,7 @@ Problem kernel_problem(const Problem& p, const KernelConfig& c) {
 
 namespace {
 
-/// The candidates of `p` as the kernel computes it (M x N; for kOutF32AddToDT the call's N x M) with `outputs`.
+/// The candidates of `p` as the kernel computes it (M x N; on D^T's tiles the call's N x M) with `outputs`.
 void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, int num_sms,
                         const ConfigConstraints& constraints, const HardwareModel& hw, std::vector<Candidate>& out) {
   const uint32_t problem_sa_mode = constraints.sa_once == 0 ? sa_mode_per_stage_for(p) : sa_mode_for(p);
@@ -549,8 +552,10 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
   enumerate_oriented(p, outputs, num_sms, constraints, hw, out);
   // A weight gradient may run on D^T's tiles instead, where they fit the SMs' rounds better (select_config).
-  if (may_transpose_d(p))
-    enumerate_oriented(with_m_and_n_swapped(p), {device::kOutF32AddToDT}, num_sms, constraints, hw, out);
+  if (may_transpose_d(p)) {
+    const uint32_t transposed = p.d_dtype == DType::kFloat32 ? device::kOutF32AddToDT : device::kOutBf16DT;
+    enumerate_oriented(with_m_and_n_swapped(p), {transposed}, num_sms, constraints, hw, out);
+  }
   return out;
 }
 
@@ -738,6 +743,10 @@ namespace {
 /// 4096x4096x7168 243.8, 243.1 -> 236.6, 236.0. Where the model times them alike, D^T's tiles measured faster where
 /// the call's M is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row
 /// block of 64 rows) and slower where it is (4096x4096x7168 on 128x160 either way 243.1, 243.0 -> 254.5, 254.0).
+/// bf16 D without C (kOutBf16DT) follows the same rules; through the Python binding, CUDA events after a 256 MiB
+/// memset, us, dt=0 -> the pick: 576x4096x7168 42.9, 44.2 -> 38.0, 37.8; 2112x4096x7168 130.4, 130.9 -> 117.9, 118.0;
+/// 4096x4096x7168 257.8, 260.5 -> 225.5, 225.7; 7168x4096x2048 135.3, 135.7 -> 125.7, 126.0; 7168x4096x16384 975.5,
+/// 1015.9 -> 848.7, 870.6.
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
 }  // namespace
 

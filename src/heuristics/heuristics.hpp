@@ -31,7 +31,7 @@ struct ConfigConstraints {
   int b_pairs = -1;        ///< B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
   int c_ahead = -1;        ///< dense GEMMs with C: 1 C's tiles loaded a tile ahead (kOutF32AddCAhead), 0 not, -1 either
   int sa_once = -1;        ///< 0: SA by a box per stage even where the heuristic loads it once per CTA; -1 its choice
-  int d_transposed = -1;   ///< weight gradients: 1 run on D^T's tiles (kOutF32AddToDT), 0 on D's, -1 the heuristic's
+  int d_transposed = -1;   ///< 1 run on D^T's tiles (may_transpose_d), 0 on D's, -1 the heuristic's choice
   std::string text;        ///< as given, for messages ("" when nothing is constrained)
 
   bool empty() const { return text.empty(); }
@@ -66,8 +66,9 @@ struct KernelConfig {
   /// where it saves a round of tiles, for masked and psum wherever the kernel allows).
   bool wide_tail = false;
   uint32_t sb_mode = 0;        ///< B's scales (device::GemmSbMode): per 128x128 block, or per 1x128 row block
-  /// What the kernel writes (device::GemmOutput): bf16, fp32, fp32 plus C (three ways), or D += A x B^T on D^T's
-  /// tiles (kOutF32AddToDT: the kernel's M, N and operands are the call's N, M and B, A; `n` is then the call's M).
+  /// What the kernel writes (device::GemmOutput): bf16, fp32, fp32 plus C (three ways), or D += A x B^T and bf16 D on
+  /// D^T's tiles (kOutF32AddToDT, kOutBf16DT: the kernel's M, N and operands are the call's N, M and B, A; `n` is then
+  /// the call's M).
   uint32_t output = 0;
   int grid = 0;                ///< CTAs launched (persistent: at most one per SM)
   int num_threads = 0;
@@ -93,9 +94,10 @@ struct Candidate {
 /// measured faster than the gather), and gathered otherwise.
 uint32_t sa_mode_for(const Problem& problem);
 
-/// Whether `problem` may run on the tiles of D^T (device::kOutF32AddToDT): a dense weight gradient reducing into D
-/// (1x128 scales of both operands, MN-major SA, C = D) whose N is a multiple of 128 (the kernel's rows: every tile
-/// whole) and M of 8 (the kernel's N: its B and SB rows in whole 16-byte units).
+/// Whether `problem` may run on the tiles of D^T (device::gemm_d_transposed): a dense GEMM with 1x128 scales of both
+/// operands and MN-major SA, either reducing into fp32 D (C = D: the weight gradient, kOutF32AddToDT) or writing bf16
+/// D without C (kOutBf16DT), whose N is a multiple of 128 (the kernel's rows: every tile whole) and M of 8 (the
+/// kernel's N: its B and SB rows in whole 16-byte units).
 bool may_transpose_d(const Problem& problem);
 
 /// The problem the kernel of `config` computes: `problem` itself, or with M and N swapped where the config runs on

@@ -1281,7 +1281,7 @@ TEST_F(Gpu, WgradGraphReplayEqualsEager) {
 // columns) and without (160). tests/CMakeLists.txt registers this test twice more, with
 // FINEGEMM_FORCE_CONFIG=dt=1,bn=144 and dt=1,bn=160, so that every case runs on D^T's tiles of either width (here as
 // the heuristic picks: D^T's tiles at 576x4096 and 2112x4096 among them, 128x176 at the latter, D's own elsewhere).
-TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
+std::vector<ft::ProblemShape> d_transposed_shapes() {
   std::vector<ft::ProblemShape> shapes;
   for (int64_t m : {152, 296, 576, 1000})
     for (int64_t n : {128, 1024})
@@ -1289,6 +1289,11 @@ TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
   for (const ft::ProblemShape& s : {wgrad(576, 4096, 7168), wgrad(7168, 4096, 2048), wgrad(2112, 1024, 1536),
                                     wgrad(2112, 4096, 7168), wgrad(1000, 4096, 640)})
     shapes.push_back(s);
+  return shapes;
+}
+
+TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
+  const std::vector<ft::ProblemShape> shapes = d_transposed_shapes();
   std::vector<fg::Problem> problems;
   for (const auto& s : shapes) problems.push_back(ft::problem_of(s, false));
   ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
@@ -1299,6 +1304,32 @@ TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
     opt.data = i++ % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
     ft::GemmProblem p(s, opt);  // C = D
     expect_correct("wgrad-dt", p, s, false, fg::describe_config(ft::problem_of(s, false)));
+  }
+}
+
+// bf16 D = A x B^T with 1x128 scales of both operands (DeepGEMM's fp8_gemm_nt with recipe (1, 1, 128) and a bf16 d)
+// on D^T's tiles (device::kOutBf16DT: each tile written into D transposed, by stmatrix.trans and a TMA store): the
+// shapes above, D poisoned before the call, every element checked. The forced registrations (tests/CMakeLists.txt)
+// run them on D^T's tiles of 144 and 160 columns too.
+TEST_F(Gpu, Bf16OnTheTilesOfDTransposed) {
+  const std::vector<ft::ProblemShape> shapes = d_transposed_shapes();
+  const auto bf16_problem = [](const ft::ProblemShape& s) {
+    fg::Problem q = ft::problem_of(s, false);
+    q.d_dtype = fg::DType::kBFloat16;
+    q.accumulate = false;
+    return q;
+  };
+  std::vector<fg::Problem> problems;
+  for (const auto& s : shapes) problems.push_back(bf16_problem(s));
+  ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
+  int i = 0;
+  for (const auto& s : shapes) {
+    ft::ProblemOptions opt;
+    opt.seed = uint64_t(3400 + i);
+    opt.data = i++ % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
+    opt.bf16_output = true;
+    ft::GemmProblem p(s, opt);
+    expect_correct("bf16-dt", p, s, false, fg::describe_config(bf16_problem(s)));
   }
 }
 

@@ -158,3 +158,53 @@ TEST(Epilogue, TransposedPartsAreDistinctConflictFreeAndTheLaneFormMatches) {
   check_transposed_parts<144>();
   check_transposed_parts<160>();
 }
+
+namespace {
+
+/// bf16 tiles of D^T (kOutBf16DT): the tile fills its shared bytes, each element once; element (row, col) lies in
+/// row `col` of its warpgroup's slab, in the 16-byte chunk TMA's 128-byte swizzle puts tile rows 8k..8k+7 at; and
+/// stmatrix.trans (each lane's row address per 16 columns, plus 2048 bytes per column group) stores each 8x8 matrix's
+/// column c at element (row, col) with row = the matrix's rows, col its column c, its 8 rows of a phase in 8 distinct
+/// 16-byte chunks of the banks (no conflict).
+template <uint32_t BN>
+void check_transposed_bf16_tile() {
+  using Tile = fd::EpilogueTile<128, BN, 2, BN, 1, true>;
+  static_assert(Tile::kTransposedBf16SlabBytes * 2 == 128 * BN * 2, "two slabs hold the tile");
+  std::set<uint32_t> elements;
+  for (uint32_t row = 0; row < 128; ++row)
+    for (uint32_t col = 0; col < BN; ++col) {
+      const uint32_t off = Tile::offset_transposed_bf16(row, col);
+      ASSERT_LT(off, 128 * BN * 2) << "BN=" << BN << " row " << row << " col " << col;
+      ASSERT_TRUE(elements.insert(off).second) << "BN=" << BN << " row " << row << " col " << col;
+      const uint32_t in_slab = off - (row / 64) * Tile::kTransposedBf16SlabBytes;
+      ASSERT_EQ(in_slab / 128, col) << "BN=" << BN << ": D's row of the tile's column";
+      ASSERT_EQ((in_slab / 16 % 8) ^ (col % 8), row % 64 / 8) << "BN=" << BN << ": the 128-byte swizzle's chunk";
+      ASSERT_EQ(in_slab % 16, row % 8 * 2) << "BN=" << BN << ": D's column inside the chunk";
+    }
+  for (uint32_t wg = 0; wg < 2; ++wg)
+    for (uint32_t warp = 0; warp < 4; ++warp)
+      for (uint32_t i = 0; i < BN / 16; ++i)
+        for (uint32_t matrix = 0; matrix < 4; ++matrix) {
+          std::set<uint32_t> chunks;
+          for (uint32_t r = 0; r < 8; ++r) {
+            const uint32_t lane = matrix * 8 + r;
+            const uint32_t addr = Tile::stmatrix_trans_offset(wg, warp, lane, i);
+            ASSERT_EQ(addr, Tile::stmatrix_trans_offset(wg, warp, lane, 0) + i * 16 * 128);
+            // Matrix m of the x4 store holds the accumulators' rows 8 (m % 2) and columns 8 (m / 2) of the warp's
+            // 16 x 16 block; the lane's row is the matrix's column r, 8 bf16 of its 8 rows from the chunk's start.
+            const uint32_t row = wg * 64 + warp * 16 + 8 * (matrix % 2), col = 16 * i + 8 * (matrix / 2) + r;
+            ASSERT_EQ(addr, Tile::offset_transposed_bf16(row, col)) << "BN=" << BN << " lane " << lane << " i " << i;
+            chunks.insert(addr / 16 % 8);
+          }
+          ASSERT_EQ(chunks.size(), 8u) << "BN=" << BN << " warp " << warp << " i " << i << " matrix " << matrix;
+        }
+}
+
+}  // namespace
+
+TEST(Epilogue, TransposedBf16TileIsTheSwizzledBoxAndStmatrixTransIsConflictFree) {
+  check_transposed_bf16_tile<128>();
+  check_transposed_bf16_tile<144>();
+  check_transposed_bf16_tile<160>();
+  check_transposed_bf16_tile<176>();
+}

@@ -849,6 +849,26 @@ TEST(Heuristics, WgradRunsOnTheTilesOfDTransposedWhereTheyFitTheRounds) {
     EXPECT_FALSE(dt(fh::select_config(p, 132))) << p.m << "x" << p.n;
     EXPECT_THROW(fh::select_config(p, 132, fh::parse_constraints("dt=1")), finegemm::Error);
   }
+  // bf16 D without C (1x128 scales of both operands): the same grids, each tile stored into D transposed.
+  auto bf16 = [&](int64_t m, int64_t n, int64_t k) {
+    Problem p = wgrad(m, n, k);
+    p.d_dtype = finegemm::DType::kBFloat16;
+    p.accumulate = p.c_is_d = false;
+    return p;
+  };
+  for (auto [m, k, block_n] : {Case{576, 7168, 144}, Case{2112, 7168, 176}, Case{4096, 7168, 176}}) {
+    const auto c = fh::select_config(bf16(m, 4096, k), 132);
+    EXPECT_EQ(c.output, fd::kOutBf16DT) << m << "x4096x" << k << ": " << c.describe();
+    EXPECT_EQ(c.block_n, block_n) << m << "x4096x" << k;
+    EXPECT_EQ(c.d_prefetch_lead, 0) << "nothing to reduce into";
+  }
+  EXPECT_FALSE(dt(fh::select_config(bf16(24576, 4096, 1536), 132)));
+  Problem bf16_k_major = bf16(576, 4096, 7168);
+  bf16_k_major.sa_k_major = true;
+  EXPECT_FALSE(fh::may_transpose_d(bf16_k_major));
+  Problem bf16_block_sb = bf16(576, 4096, 7168);
+  bf16_block_sb.sb_per_row = false;  // the forward GEMM's 128x128 blocks of B
+  EXPECT_FALSE(fh::may_transpose_d(bf16_block_sb));
   // Forced either way (FINEGEMM_FORCE_CONFIG=dt=...), for measurements.
   EXPECT_FALSE(dt(fh::select_config(wgrad(4096, 4096, 7168), 132, fh::parse_constraints("dt=0"))));
   EXPECT_FALSE(dt(fh::select_config(wgrad(576, 4096, 7168), 132, fh::parse_constraints("dt=0"))));

@@ -551,9 +551,9 @@ TEST(KernelsCompile, TwoFiftySixRowAndDenseWholeBatchKernelsTakeTheSteadyFfmaPas
 // layers, and the fp32 and bf16 outputs without accumulation: every kernel the heuristic picks compiles without
 // spills, loads C's tile and 1x128 SB by TMA, and stores fp32 pairs into the shared tile (no stmatrix). The K=512
 // ones load C a tile ahead (kOutF32AddCAhead) and store D by TMA, C being D or not; those that reduce into D
-// prefetch D's tile into the L2 first (GemmArgs::d_prefetch_lead). Those on D^T's tiles (kOutF32AddToDT: 576x4096x7168
-// at 128x144 and 2112x4096x7168 at 128x176, whose math warpgroups take 240 registers) write the tile transposed with
-// scalar shared stores and reduce it into D by TMA.
+// prefetch D's tile into the L2 first (GemmArgs::d_prefetch_lead). Those on D^T's tiles (576x4096x7168 at 128x144,
+// the others at 128x176, whose math warpgroups take 240 registers) write the tile transposed: fp32 (kOutF32AddToDT)
+// with scalar shared stores, then reduced into D by TMA; bf16 (kOutBf16DT) by stmatrix.trans, then stored by TMA.
 TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   std::set<std::string> functions;
   // The last three take 64x96 tiles with three K blocks in flight (gemm_math_registers gives them 248 registers).
@@ -583,8 +583,10 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   std::vector<std::string> names(functions.begin(), functions.end());
   const auto c_ahead = [](const std::string& name) { return name.find(", 1u, 4u>") != std::string::npos; };
   const auto d_transposed = [](const std::string& name) { return name.find(", 1u, 5u>") != std::string::npos; };
+  const auto bf16_transposed = [](const std::string& name) { return name.find(", 1u, 6u>") != std::string::npos; };
   EXPECT_TRUE(std::any_of(names.begin(), names.end(), c_ahead)) << "no kernel loads C a tile ahead";
-  EXPECT_TRUE(std::any_of(names.begin(), names.end(), d_transposed)) << "no kernel runs on D^T's tiles";
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), d_transposed)) << "no kernel reduces into D on D^T's tiles";
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), bf16_transposed)) << "no bf16 kernel on D^T's tiles";
   compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
@@ -593,6 +595,10 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
       EXPECT_NE(sass.find("STS ["), std::string::npos) << names[i] << ": the transposed tile by scalar stores";
       EXPECT_EQ(sass.find("STS.64"), std::string::npos) << names[i] << ": no float pairs in a transposed tile";
     }
+    if (bf16_transposed(names[i]))
+      EXPECT_NE(sass.find("STSM.16.MT88.4"), std::string::npos) << names[i] << ": the transposed tile by stmatrix.trans";
+    else
+      EXPECT_EQ(sass.find(".MT88"), std::string::npos) << names[i] << ": stmatrix.trans only on bf16 D^T tiles";
     if (!add_to_d) EXPECT_NE(sass.find("UTMASTG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";

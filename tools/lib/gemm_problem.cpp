@@ -83,10 +83,12 @@ std::vector<float> random_c(const uint8_t* a, const float* sa, const uint8_t* b,
 }  // namespace
 
 GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& options)
-    : shape_(shape), c_aliases_d_(options.c_aliases_d), accumulate_(options.accumulate),
-      m_alignment_(options.m_alignment) {
+    : shape_(shape), c_aliases_d_(options.c_aliases_d), bf16_output_(options.bf16_output),
+      accumulate_(options.accumulate), m_alignment_(options.m_alignment) {
   if (shape.wgrad && (shape.kind != GemmKind::kNormal || shape.groups != 1))
     throw std::invalid_argument("a wgrad problem is dense: kind normal, one group, got " + shape.describe());
+  if (bf16_output_ && !shape.wgrad)
+    throw std::invalid_argument("bf16_output is a wgrad problem's option, got " + shape.describe());
   if (m_alignment_ != 128 && m_alignment_ != 64 && m_alignment_ != 32)
     throw std::invalid_argument("m_alignment is 128, 64 or 32, got " + std::to_string(m_alignment_));
   if (shape.kind == GemmKind::kGroupedK) {
@@ -187,9 +189,10 @@ GemmProblem::GemmProblem(const ProblemShape& shape, const ProblemOptions& option
     sb.upload(sb_mn.data(), sb_mn.size() * 4);
     sb_k_major = DeviceBuffer(host_sb.size() * 4);
     sb_k_major.upload(host_sb.data(), host_sb.size() * 4);
-    host_c = random_c(host_a.data(), host_sa.data(), host_b.data(), host_sb.data(), rows_, shape.n, shape.k,
-                      options.seed * 4 + 2);
-    if (!c_aliases_d_) {
+    if (!bf16_output_)
+      host_c = random_c(host_a.data(), host_sa.data(), host_b.data(), host_sb.data(), rows_, shape.n, shape.k,
+                        options.seed * 4 + 2);
+    if (!c_aliases_d_ && !bf16_output_) {
       c = DeviceBuffer(std::max<size_t>(host_c.size() * 4, 16));
       if (!host_c.empty()) c.upload(host_c.data(), host_c.size() * 4);
     }
@@ -355,8 +358,13 @@ void GemmProblem::run(bool k_major, cudaStream_t stream) {
   const TensorView vsa = k_major ? view(sa_k_major, DType::kFloat32, {rows_, kb_})
                                  : TensorView::strided(sa_mn_major.get(), DType::kFloat32, {rows_, kb_}, {1, m_pad_});
   if (shape_.wgrad) {
-    const TensorView vd = view(d, DType::kFloat32, {rows_, n});
     const TensorView vsb = TensorView::strided(sb.get(), DType::kFloat32, {n, kb_}, {1, sb_n_pad()});
+    if (bf16_output_) {
+      gemm_fp8_fp8_nt(va, vsa, view(b, DType::kFloat8E4M3, {n, k}), vsb, view(d, DType::kBFloat16, {rows_, n}),
+                      std::nullopt, s);
+      return;
+    }
+    const TensorView vd = view(d, DType::kFloat32, {rows_, n});
     const TensorView vc = c_aliases_d_ ? vd : view(c, DType::kFloat32, {rows_, n});
     gemm_fp8_fp8_nt(va, vsa, view(b, DType::kFloat8E4M3, {n, k}), vsb, vd, vc, s);
     return;
@@ -438,7 +446,7 @@ double GemmProblem::min_bytes() const {
   }
   const double kb_ = double(kb()), nb_ = double(nb());
   // D written (bf16, or wgrad's fp32) and, for wgrad, C read (fp32); SB per 128x128 block, or wgrad's per row of B.
-  const double out_bytes = shape_.wgrad ? 8.0 : 2.0;
+  const double out_bytes = f32_output() ? 8.0 : 2.0;
   const double sb_bytes = shape_.wgrad ? 4.0 * double(shape_.n) * kb_ : 4.0 * used_groups * nb_ * kb_;
   return rows * double(shape_.k) + double(used_groups) * double(shape_.n * shape_.k) +
          out_bytes * rows * double(shape_.n) + 4.0 * rows * kb_ + sb_bytes;
@@ -535,7 +543,7 @@ Reference gpu_reference(const GemmProblem& problem) {
       buffers.launch(0, rows, problem.a.as<uint8_t>(), problem.sa_k_major.as<float>(), kb, problem.b.as<uint8_t>(),
                      problem.sb_k_major.as<float>(), 1, k);
     Reference ref = buffers.download();
-    reference::add_c_to_reference(ref.value, problem.host_c.data(), n, rows, n);
+    if (!problem.bf16_output()) reference::add_c_to_reference(ref.value, problem.host_c.data(), n, rows, n);
     return ref;
   }
   // One launch per run of consecutive rows of one group.

@@ -37,6 +37,9 @@ struct ProblemOptions {
   /// wgrad: C is D itself (D holds C before each call, as a training step accumulates); false: C in a buffer of its
   /// own, D poisoned before each call.
   bool c_aliases_d = true;
+  /// wgrad: bf16 D = A x B^T without C instead (the same operands and 1x128 scales; DeepGEMM's fp8_gemm_nt with
+  /// recipe (1, 1, 128) and a bf16 d), D poisoned before each call.
+  bool bf16_output = false;
   /// kgrouped: D[g] += A_g x B_g^T (D holds C before each call, as a training step accumulates); false:
   /// D[g] = A_g x B_g^T (D poisoned before each call; the call zeroes it first, so every element is written).
   bool accumulate = true;
@@ -63,12 +66,14 @@ class GemmProblem {
   bool k_grouped() const { return shape_.kind == GemmKind::kGroupedK; }
   /// wgrad: whether C is D (ProblemOptions::c_aliases_d).
   bool c_aliases_d() const { return c_aliases_d_; }
+  /// wgrad: whether D is bf16, without C (ProblemOptions::bf16_output).
+  bool bf16_output() const { return bf16_output_; }
   /// kgrouped: whether the call adds into D (ProblemOptions::accumulate).
   bool accumulate() const { return accumulate_; }
   /// Whether D holds C before each call (wgrad with C aliasing D, kgrouped accumulating): a repeated run() adds again.
-  bool d_holds_c() const { return (shape_.wgrad && c_aliases_d_) || (k_grouped() && accumulate_); }
-  /// Whether D is fp32 (wgrad, kgrouped) rather than bf16.
-  bool f32_output() const { return shape_.wgrad || k_grouped(); }
+  bool d_holds_c() const { return (shape_.wgrad && c_aliases_d_ && !bf16_output_) || (k_grouped() && accumulate_); }
+  /// Whether D is fp32 (wgrad but with bf16_output, kgrouped) rather than bf16.
+  bool f32_output() const { return (shape_.wgrad && !bf16_output_) || k_grouped(); }
   /// Bytes per element of D: 2 (bf16), 4 (fp32).
   int output_bytes() const { return f32_output() ? 4 : 2; }
   /// kgrouped: the tokens (K) of each expert, and their sum (the K extent of A and B).
@@ -124,6 +129,7 @@ class GemmProblem {
 
   ProblemShape shape_;
   bool c_aliases_d_ = true;
+  bool bf16_output_ = false;
   bool accumulate_ = true;
   std::vector<int64_t> ks_;          // kgrouped: K_g
   int64_t sum_k_ = 0;
@@ -136,7 +142,7 @@ class GemmProblem {
 };
 
 /// fp64 reference of every valid row (invalid rows hold 0), computed on the GPU with the JIT's reference kernel. For
-/// wgrad, C is added (in fp64, on the host); abs_sum is the product's alone (reference::check_f32_output says why).
+/// wgrad, C is added (in fp64, on the host; not with bf16_output); abs_sum is the product's alone (reference::check_f32_output says why).
 /// kgrouped: expert by expert, C added with accumulation; an expert without tokens holds C (or zero).
 struct Reference {
   std::vector<double> value;  ///< [rows, N]

@@ -19,8 +19,9 @@ namespace finegemm::device {
 /// The shared output tile: kStoreCols / kSlabCols slabs of (BLOCK_M, kSlabCols) bf16 or fp32 (kOutBytes 2 or 4), each
 /// swizzled the way TMA's kSwizzleBytes mode expects, so stmatrix rows of one 8x8 matrix (bf16) and the float2 pairs
 /// of 8 rows (fp32) land in distinct banks. It holds the tile's columns kStoreCols at a time (gemm_store_cols).
-/// Parts go out through kStoreBuffers shared buffers in turn (gemm_store_buffers). `kTransposed` (fp32 parts,
-/// gemm_d_transposed): the tile's rows are D's columns, and a part's buffer holds it transposed (offset_transposed).
+/// Parts go out through kStoreBuffers shared buffers in turn (gemm_store_buffers). `kTransposed` (gemm_d_transposed):
+/// the tile's rows are D's columns, and the shared tile holds it transposed: fp32 parts as offset_transposed says,
+/// a bf16 tile whole as offset_transposed_bf16 says.
 template <uint32_t BLOCK_M, uint32_t BLOCK_N, uint32_t kOutBytes = 2, uint32_t kStoreCols = BLOCK_N,
           uint32_t kStoreBuffers = 1, bool kTransposed = false>
 struct EpilogueTile {
@@ -49,11 +50,28 @@ struct EpilogueTile {
   /// row of D's, 32 of its columns), swizzled as TMA's 128-byte mode expects: the TMA box (32 columns, kStoreCols rows
   /// of D) of one slab, two per warpgroup. A warp's 32 scalar stores of one accumulator register (8 tile rows, 4
   /// columns 2 apart) then fall in 8 distinct 16-byte chunks: no bank conflict.
-  static_assert(!kTransposed || (kOutBytes == 4 && BLOCK_M % 32 == 0 && kStoreCols <= 256),
-                "transposed: fp32 parts of at most 256 columns");
+  static_assert(!kTransposed || BLOCK_M % 64 == 0, "transposed: whole 64-row warpgroups");
+  static_assert(!kTransposed || kOutBytes == 2 || kStoreCols <= 256, "transposed: fp32 parts of at most 256 columns");
   static constexpr uint32_t kTransposedSlabRows = 32;
   static constexpr uint32_t kTransposedSlabBytes = kStoreCols * 128;
-  static_assert(!kTransposed || BLOCK_M * kStoreCols * 4 <= kBufferBytes, "a transposed part fits the buffer");
+  static_assert(!kTransposed || BLOCK_M * kStoreCols * kOutBytes <= kBufferBytes, "a transposed part fits the buffer");
+
+  /// kTransposed bf16 tiles: one slab per math warpgroup, its 64 tile rows (64 of D's columns, 128 bytes) by the
+  /// BLOCK_N tile columns (D's rows), as one TMA box of (64 columns, BLOCK_N rows of D) in 128-byte swizzle: tile
+  /// column c is the slab's row c, and its 16-byte chunk k (tile rows 8k..8k+7 of the slab) sits at chunk k ^ (c % 8).
+  static constexpr uint32_t kTransposedBf16SlabBytes = BLOCK_N * 128;
+  static FG_HOST_DEVICE uint32_t offset_transposed_bf16(uint32_t row, uint32_t col) {
+    return (row / 64) * kTransposedBf16SlabBytes + col * 128 + ((((row % 64) / 8) ^ (col % 8)) << 4) + (row % 8) * 2;
+  }
+  /// The row address a math thread gives stmatrix.trans for the tile's 16 columns from 16 i (warp_in_wg, lane: its
+  /// place in warpgroup math_wg): matrix lane / 8 holds tile rows 16 warp_in_wg + 8 (lane / 8 % 2) + [0, 8) and columns
+  /// 16 i + 8 (lane / 16) + [0, 8); the lane's stored row is its column lane % 8. The swizzle depends on the column's
+  /// low three bits only, so the address for column group i is the one for 0 plus i * 16 rows of 128 bytes.
+  static FG_HOST_DEVICE uint32_t stmatrix_trans_offset(uint32_t math_wg, uint32_t warp_in_wg, uint32_t lane,
+                                                       uint32_t i) {
+    return offset_transposed_bf16(math_wg * 64 + warp_in_wg * 16 + 8 * (lane / 8 % 2),
+                                  16 * i + 8 * (lane / 16) + lane % 8);
+  }
 
   /// Byte offset of tile element (row, col) in a transposed part's buffer (col: the column within the part).
   static FG_HOST_DEVICE uint32_t offset_transposed(uint32_t row, uint32_t col) {
@@ -117,6 +135,35 @@ struct EpilogueTile {
       }
     }
     write_out<kNumWaves>(smem_d, math_wg, wave_rows, wg_thread, wg_barrier, tile, args, n, 0, BLOCK_N);
+  }
+
+  /// The bf16 tile on D^T's grid (kTransposed): stmatrix.trans into this warpgroup's slab (offset_transposed_bf16),
+  /// then one TMA store of it into D (its rows past D's end clipped), once the previous tile's store has read it.
+  static FG_DEVICE void store_transposed(const float (&acc)[1][BLOCK_N / 2], uint8_t* smem_d, uint32_t math_wg,
+                                         uint32_t wg_thread, uint32_t wg_barrier, const Tile& tile,
+                                         const GemmArgs& args) {
+    static_assert(kTransposed && kOutBytes == 2, "bf16 tiles of D^T; fp32 ones go through store_f32");
+    if (wg_thread == 0) ptx::tma_store_wait_read<0>();
+    ptx::named_barrier_sync(wg_barrier, 128);
+    // The thread's place from threadIdx.x read here, as store_f32's transposed parts do (values kept from the
+    // kernel's start stay live across the K loop).
+    const uint32_t tid = ptx::thread_index();
+    const uint32_t lane_offset = stmatrix_trans_offset(tid / 128, tid % 128 / 32, tid % 32, 0);
+#pragma unroll
+    for (uint32_t i = 0; i < BLOCK_N / 16; ++i) {
+      ptx::stmatrix_x4_trans(smem_d + lane_offset + i * 16 * 128,
+                             ptx::cvt_bf16x2(acc[0][i * 8 + 0], acc[0][i * 8 + 1]),
+                             ptx::cvt_bf16x2(acc[0][i * 8 + 2], acc[0][i * 8 + 3]),
+                             ptx::cvt_bf16x2(acc[0][i * 8 + 4], acc[0][i * 8 + 5]),
+                             ptx::cvt_bf16x2(acc[0][i * 8 + 6], acc[0][i * 8 + 7]));
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync(wg_barrier, 128);
+    if (wg_thread == 0) {
+      ptx::tma_store_2d(&args.tma_d, smem_d + math_wg * kTransposedBf16SlabBytes,
+                        tile.row_base + int32_t(math_wg * kRowsPerWarpgroup), int32_t(tile.n_block * BLOCK_N));
+      ptx::tma_store_commit_group();
+    }
   }
 
   /// The fp32 tile: each thread's accumulator pairs (rows r0 and r0 + 8, columns 8j + 2q and 8j + 2q + 1 of the wgmma

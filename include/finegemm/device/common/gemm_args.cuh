@@ -10,7 +10,7 @@ struct GemmArgs {
   TmaDescriptor tma_b;        ///< B as 2D [G * N, K] fp8, box (128, BLOCK_N), 128B swizzle
   TmaDescriptor tma_sa;       ///< SA MN-major as 2D [G * KB, M_pad] fp32, box (rows, 1) (unused when SA is K-major)
   /// D as 2D [rows, N] bf16 or fp32, box (epilogue slab width, 64), swizzled like the smem tile (kOutF32AddToDT: D as
-  /// the call gives it, box (32, 32): a slab of a transposed part)
+  /// the call gives it, box (32, 32): a slab of a transposed part; kOutBf16DT: box (64, BLOCK_N), a warpgroup's slab)
   TmaDescriptor tma_d;
   TmaDescriptor tma_a_half;   ///< A like tma_a, box (128, min(a_box_rows, 128)) (gemm_has_a_half_box kernels only)
   TmaDescriptor tma_sb;       ///< 1x128 SB MN-major as 2D [G * KB, N_pad] fp32, box (BLOCK_N, 1) (kSbRowMnMajor only)

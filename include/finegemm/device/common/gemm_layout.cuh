@@ -75,6 +75,9 @@ enum GemmOutput : uint32_t {
   /// D^T's tiles take fewer rounds of the SMs than D's, as the time model counts them (heuristics.cpp); dense 128-row
   /// tiles, the kernel's rows a multiple of 128 (every tile whole, no row-checked path).
   kOutF32AddToDT = 5,
+  /// D = (A x B^T)^T, bf16: the same GEMM on D^T's tile grid without C, each tile stored into D transposed by TMA
+  /// (stmatrix.trans into shared memory). Chosen as kOutF32AddToDT is.
+  kOutBf16DT = 6,
 };
 
 /// Whether the kernel reduces its tiles into D by TMA (D += A x B^T, as given or transposed).
@@ -82,8 +85,10 @@ FG_HOST_DEVICE constexpr bool gemm_reduces_into_d(uint32_t output) {
   return output == kOutF32AddToD || output == kOutF32AddToDT;
 }
 
-/// Whether the kernel's tiles are tiles of D^T (kOutF32AddToDT).
-FG_HOST_DEVICE constexpr bool gemm_d_transposed(uint32_t output) { return output == kOutF32AddToDT; }
+/// Whether the kernel's tiles are tiles of D^T (kOutF32AddToDT, kOutBf16DT).
+FG_HOST_DEVICE constexpr bool gemm_d_transposed(uint32_t output) {
+  return output == kOutF32AddToDT || output == kOutBf16DT;
+}
 
 /// Whether the output's kernel loads C's tiles by TMA (kOutF32AddC, kOutF32AddCAhead).
 FG_HOST_DEVICE constexpr bool gemm_loads_c(uint32_t output) {
@@ -94,7 +99,9 @@ FG_HOST_DEVICE constexpr bool gemm_loads_c(uint32_t output) {
 FG_HOST_DEVICE constexpr uint32_t gemm_num_d_tiles(uint32_t output) { return output == kOutF32AddCAhead ? 2u : 1u; }
 
 /// Bytes of one output element.
-FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) { return output == kOutBf16 ? 2u : 4u; }
+FG_HOST_DEVICE constexpr uint32_t gemm_out_bytes(uint32_t output) {
+  return output == kOutBf16 || output == kOutBf16DT ? 2u : 4u;
+}
 
 /// Whether the output tile goes out in parts (gemm_store_cols): fp32 tiles wider than 64 columns without a C to load.
 FG_HOST_DEVICE constexpr bool gemm_stores_in_parts(uint32_t block_n, uint32_t output) {
@@ -272,7 +279,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_batch_parts(uint32_t block_n, uint32_t k_
 /// rows are then a whole warpgroup's, which stores nothing, and A's box stays within 3 rows of row M (kept where they
 /// fall, such blocks ran slower: 2112x4096x7168 136.1 -> 137.9 us, 2112x4096x2048 49.0 -> 51.0).
 FG_HOST_DEVICE constexpr bool gemm_dense_clips_long_tail(bool grouped, uint32_t sb_mode, uint32_t output) {
-  return !grouped && sb_mode == kSbRowMnMajor && output != kOutBf16;
+  return !grouped && sb_mode == kSbRowMnMajor && gemm_out_bytes(output) == 4;
 }
 
 /// Whether a kernel also gets a 128-row box of A (GemmArgs::tma_a_half) for the tiles that compute at most 128 rows:

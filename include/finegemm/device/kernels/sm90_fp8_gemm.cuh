@@ -13,10 +13,11 @@
 // main loop; fp32 outputs go through the shared tile as float pairs, plus C's tile where C is loaded (A's issuer loads
 // it at the tile's start; kOutF32AddCAhead alternates two shared tiles, so that C loads a tile ahead), or reduced into
 // D by TMA (kOutF32AddToD; kOutF32AddToDT: the kernel runs on D^T's tile grid, the call's A and B swapped, and
-// reduces each tile into D transposed). For small-M shapes with few narrow tiles, a 2-CTA cluster splits K
-// (gemm/split_k.cuh): each CTA computes the tile over half of K, and the second adds its fp32 partial sums into the
-// first's through distributed shared memory. Launched with programmatic dependent launch, the short-K dense kernels
-// prefetch their first blocks of B into the L2 while the kernel before them finishes (gemm_may_prefetch_b_under_pdl).
+// reduces each tile into D transposed; kOutBf16DT stores it into D transposed, in bf16). For small-M shapes with few
+// narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes the tile over half of K, and the second
+// adds its fp32 partial sums into the first's through distributed shared memory. Launched with programmatic dependent
+// launch, the short-K dense kernels prefetch their first blocks of B into the L2 while the kernel before them finishes
+// (gemm_may_prefetch_b_under_pdl).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -59,11 +60,11 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                 "SA loaded once: dense 64-row tiles (the call's rows are the tile's first), one box of K blocks");
   static_assert(!kWideTail || gemm_wide_tail(GemmKind(kKind), BLOCK_M, BLOCK_N, kSplitK, kSaMode),
                 "wide tails: dense, masked and psum 256x128 kernels as gemm_wide_tail says");
-  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutF32AddToDT, "B's scales and the output as GemmSbMode "
+  static_assert(kSbMode <= kSbRowMnMajor && kOutput <= kOutBf16DT, "B's scales and the output as GemmSbMode "
                 "and GemmOutput say");
   static_assert(!gemm_d_transposed(kOutput) || (kKind == int(GemmKind::kNormal) && BLOCK_M == 128 && kSplitK == 1 &&
                                                 kSbMode == kSbRowMnMajor && kSaMode == kSaMnMajor),
-                "D reduced into transposed: dense 128-row tiles of a weight gradient (1x128 scales of both operands)");
+                "D written transposed: dense 128-row tiles with 1x128 scales of both operands");
   static_assert(kOutput == kOutBf16 || (!kWideTail && !(kKind == int(GemmKind::kGroupedContiguous) && BLOCK_M == 256)),
                 "fp32 outputs: no wide tiles (their waves are stored as two bf16 n-blocks)");
   static_assert(!gemm_loads_c(kOutput) || kSplitK == 1, "C's tile is loaded for the CTA that stores the tile only: "
@@ -136,7 +137,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     if constexpr (!Cfg::kSaGather) ptx::tma_prefetch_descriptor(&args.tma_sa);
     ptx::tma_prefetch_descriptor(&args.tma_d);
     if constexpr (Cfg::kSbPerColumn) ptx::tma_prefetch_descriptor(&args.tma_sb);
-    if constexpr (Cfg::kAddC || (Cfg::kDTransposed && BLOCK_N % 32 != 0)) ptx::tma_prefetch_descriptor(&args.tma_c);
+    if constexpr (Cfg::kAddC || (Cfg::kDTransposed && Cfg::kAddToD && BLOCK_N % 32 != 0))
+      ptx::tma_prefetch_descriptor(&args.tma_c);
     for (uint32_t s = 0; s < kNumStages; ++s) {
       ptx::mbarrier_init(&smem.full_barriers[s], Cfg::kFullArrivals);
       ptx::mbarrier_init(&smem.empty_barriers[s], Cfg::kEmptyArrivals);
@@ -244,6 +246,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       if constexpr (kOutput == kOutBf16) {
         Cfg::Epilogue::store(math.final_accum, smem.d, math_wg, Cfg::kWaveRows, warp_in_wg, lane_idx, wg_thread,
                              wg_barrier, tile, args, N);
+      } else if constexpr (kOutput == kOutBf16DT) {
+        Cfg::Epilogue::store_transposed(math.final_accum, smem.d, math_wg, wg_thread, wg_barrier, tile, args);
       } else {
         Cfg::Epilogue::template store_f32<Cfg::kAddC, Cfg::kAddToD>(
             math.final_accum, smem.d + c_turn.slot() * Layout::kDTileBytes, math_wg, Cfg::kWaveRows, warp_in_wg,

@@ -104,6 +104,14 @@ FG_DEVICE void stmatrix_x4(void* row_ptr, uint32_t r0, uint32_t r1, uint32_t r2,
                : "memory");
 }
 
+/// stmatrix_x4 with each matrix stored transposed: lane i gives the address of matrix i / 8's row i % 8, which
+/// receives the matrix's column i % 8.
+FG_DEVICE void stmatrix_x4_trans(void* row_ptr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_ptr)),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 FG_DEVICE void atomic_or_global(uint32_t* ptr, uint32_t bits) {
   asm volatile("red.relaxed.gpu.global.or.b32 [%0], %1;" ::"l"(ptr), "r"(bits) : "memory");
 }
