@@ -41,6 +41,32 @@ namespace {
 
 class Gpu : public ft::GpuTest {
  protected:
+  /// The weight gradient's operands (1x128 scales of both) on `shapes`, each checked as expect_correct does: fp32 D +=
+  /// A x B^T with C = D, or with `bf16_output` bf16 D = A x B^T without C. Seeds from `seed0`, data kinds alternating.
+  void expect_wgrad_operands_correct(const std::string& tag, const std::vector<ft::ProblemShape>& shapes,
+                                     uint64_t seed0, bool bf16_output) {
+    const auto problem = [&](const ft::ProblemShape& s) {
+      fg::Problem q = ft::problem_of(s, false);
+      if (bf16_output) {
+        q.d_dtype = fg::DType::kBFloat16;
+        q.accumulate = false;
+      }
+      return q;
+    };
+    std::vector<fg::Problem> problems;
+    for (const auto& s : shapes) problems.push_back(problem(s));
+    ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
+    int i = 0;
+    for (const auto& s : shapes) {
+      ft::ProblemOptions opt;
+      opt.seed = seed0 + uint64_t(i);
+      opt.data = i++ % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
+      opt.bf16_output = bf16_output;
+      ft::GemmProblem p(s, opt);
+      expect_correct(tag, p, s, false, fg::describe_config(problem(s)));
+    }
+  }
+
   /// Runs `problem` with poisoned output (wgrad with C aliasing D: D = C) and checks it; returns the verdict.
   ft::Verdict run_and_check(ft::GemmProblem& problem, bool k_major) {
     problem.poison_output(stream_);
@@ -1293,18 +1319,7 @@ std::vector<ft::ProblemShape> d_transposed_shapes() {
 }
 
 TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
-  const std::vector<ft::ProblemShape> shapes = d_transposed_shapes();
-  std::vector<fg::Problem> problems;
-  for (const auto& s : shapes) problems.push_back(ft::problem_of(s, false));
-  ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
-  int i = 0;
-  for (const auto& s : shapes) {
-    ft::ProblemOptions opt;
-    opt.seed = uint64_t(3300 + i);
-    opt.data = i++ % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
-    ft::GemmProblem p(s, opt);  // C = D
-    expect_correct("wgrad-dt", p, s, false, fg::describe_config(ft::problem_of(s, false)));
-  }
+  expect_wgrad_operands_correct("wgrad-dt", d_transposed_shapes(), 3300, false);  // C = D
 }
 
 // bf16 D = A x B^T with 1x128 scales of both operands (DeepGEMM's fp8_gemm_nt with recipe (1, 1, 128) and a bf16 d)
@@ -1312,25 +1327,7 @@ TEST_F(Gpu, WgradOnTheTilesOfDTransposed) {
 // shapes above, D poisoned before the call, every element checked. The forced registrations (tests/CMakeLists.txt)
 // run them on D^T's tiles of 144 and 160 columns too.
 TEST_F(Gpu, Bf16OnTheTilesOfDTransposed) {
-  const std::vector<ft::ProblemShape> shapes = d_transposed_shapes();
-  const auto bf16_problem = [](const ft::ProblemShape& s) {
-    fg::Problem q = ft::problem_of(s, false);
-    q.d_dtype = fg::DType::kBFloat16;
-    q.accumulate = false;
-    return q;
-  };
-  std::vector<fg::Problem> problems;
-  for (const auto& s : shapes) problems.push_back(bf16_problem(s));
-  ft::precompile_all(problems, fg::get_num_sms(), int(std::thread::hardware_concurrency()));
-  int i = 0;
-  for (const auto& s : shapes) {
-    ft::ProblemOptions opt;
-    opt.seed = uint64_t(3400 + i);
-    opt.data = i++ % 2 == 0 ? ft::DataKind::kNormal : ft::DataKind::kUniform;
-    opt.bf16_output = true;
-    ft::GemmProblem p(s, opt);
-    expect_correct("bf16-dt", p, s, false, fg::describe_config(bf16_problem(s)));
-  }
+  expect_wgrad_operands_correct("bf16-dt", d_transposed_shapes(), 3400, true);
 }
 
 // Each bad input raises finegemm::Error before anything is enqueued: D (poisoned, C apart) stays as it was.
