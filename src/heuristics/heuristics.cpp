@@ -551,7 +551,8 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   std::vector<uint32_t> outputs = {output_of(p)};
   if (p.accumulate && p.kind == GemmKind::kNormal) outputs.push_back(device::kOutF32AddCAhead);
   enumerate_oriented(p, outputs, num_sms, constraints, hw, out);
-  // A weight gradient may run on D^T's tiles instead, where they fit the SMs' rounds better (select_config).
+  // With 1x128 scales of both operands (a weight gradient, or bf16 D without C) the GEMM may run on D^T's tiles
+  // instead, where they fit the SMs' rounds better (select_config).
   if (may_transpose_d(p)) {
     const uint32_t transposed = p.d_dtype == DType::kFloat32 ? device::kOutF32AddToDT : device::kOutBf16DT;
     enumerate_oriented(with_m_and_n_swapped(p), {transposed}, num_sms, constraints, hw, out);
