@@ -186,7 +186,7 @@ CallBytes call_bytes(const Problem& p) {
 
 /// Whether D (the call's M x N) fits the L2.
 bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
-  return double(p.m) * double(p.n) * (p.d_dtype == DType::kFloat32 ? 4.0 : 2.0) <= hw.l2_bytes;
+  return double(p.m) * double(p.n) * double(device::gemm_out_bytes(output_of(p))) <= hw.l2_bytes;
 }
 
 /// Where D outgrows the L2, a tile on D^T's grid takes this much longer than one of the same size on D's own grid:
