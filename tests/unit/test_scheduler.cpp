@@ -23,12 +23,13 @@ struct Visit {
   int compute_rows;
 };
 
-template <fd::GemmKind kKind, int BM, int BN, int NB, bool kWideTail = false, bool kClipLongTail = false>
+template <fd::GemmKind kKind, int BM, int BN, int NB, bool kWideTail = false, bool kClipLongTail = false,
+          bool kOneRoundByRows = false>
 std::vector<std::vector<Visit>> walk(int rows, int groups, const int32_t* layout, int num_ctas) {
   std::vector<std::vector<Visit>> per_cta(static_cast<size_t>(num_ctas));
   for (int cta = 0; cta < num_ctas; ++cta) {
-    fd::TileScheduler<kKind, BM, BN, NB, kWideTail, fd::kDefaultRasterBand, kClipLongTail> s(rows, groups, layout, cta,
-                                                                                            num_ctas);
+    fd::TileScheduler<kKind, BM, BN, NB, kWideTail, fd::kDefaultRasterBand, kClipLongTail, kOneRoundByRows> s(
+        rows, groups, layout, cta, num_ctas);
     fd::Tile t;
     while (s.next(t))
       per_cta[size_t(cta)].push_back({cta, t.group, t.m_block, t.n_block, t.row_base, t.row_limit, t.check_rows,
@@ -57,9 +58,10 @@ std::vector<int> router_counts(uint32_t seed) {
   return counts;
 }
 
-template <int BM, int BN, int NB, bool kWideTail = false, bool kClipLongTail = false>
+template <int BM, int BN, int NB, bool kWideTail = false, bool kClipLongTail = false, bool kOneRoundByRows = false>
 void check_normal(int m, int num_ctas) {
-  const auto visits = walk<fd::GemmKind::kNormal, BM, BN, NB, kWideTail, kClipLongTail>(m, 1, nullptr, num_ctas);
+  const auto visits =
+      walk<fd::GemmKind::kNormal, BM, BN, NB, kWideTail, kClipLongTail, kOneRoundByRows>(m, 1, nullptr, num_ctas);
   std::map<std::pair<int, int>, int> seen;
   int num_tiles = 0;
   for (const auto& cta : visits)
@@ -76,15 +78,18 @@ void check_normal(int m, int num_ctas) {
   }
   // The heuristic's tile count is the walk's (gemm_dense_tiles).
   EXPECT_EQ(num_tiles, int(fd::gemm_dense_tiles(m, NB, BM, kWideTail))) << "m=" << m;
+  const bool one_round = num_tiles <= num_ctas;
   // Each output row is written by exactly one tile per n-block, and with M >= BLOCK_M no tile reaches more than 3
   // rows past row M (the last row block moves up to a multiple of 4 rows; its rows before first_row belong to the
   // block before; a wide tail's 128 rows likewise), but a last block of more than BLOCK_M / 2 rows in the kernels that
-  // keep it where it falls (kClipLongTail).
+  // keep it where it falls (kClipLongTail), and every last block but a wide tail's in one-round grids of the kernels
+  // that walk those by rows (kOneRoundByRows).
   std::vector<int> written(size_t(m) * NB, 0);
   for (const auto& cta : visits)
     for (const auto& v : cta) {
       EXPECT_EQ(v.row_base % 4, 0);
-      const bool kept = kClipLongTail && m >= BM && m % BM > BM / 2 && v.m_block == m / BM;
+      const bool last = m >= BM && v.m_block == m / BM && !v.wide;
+      const bool kept = last && ((kClipLongTail && m % BM > BM / 2) || (kOneRoundByRows && one_round && m % BM != 0));
       if (kept) {
         EXPECT_EQ(v.row_base, v.m_block * BM) << "m=" << m;
         EXPECT_EQ(v.first_row, 0) << "m=" << m;
@@ -115,8 +120,50 @@ TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
       check_normal<128, 128, 33>(m, ctas);
       check_normal<128, 144, 29, false, true>(m, ctas);
       check_normal<128, 160, 26, false, true>(m, ctas);
+      check_normal<64, 16, 132, false, false, true>(m, ctas);
+      check_normal<256, 128, 16, false, false, true>(m, ctas);
+      check_normal<256, 128, 16, true, false, true>(m, ctas);
+      check_normal<128, 144, 29, false, false, true>(m, ctas);
+      check_normal<128, 160, 26, false, false, true>(m, ctas);
     }
   }
+}
+
+TEST(Scheduler, ForwardGemmWalksOneRoundByRowsAndKeepsItsLastRowBlock) {
+  // The forward kernels (128x128 SB blocks, bf16 D: gemm_dense_one_round_by_rows): a grid whose tiles fit one round of
+  // the CTAs is walked m-block fastest, so that the CTAs reading one B tile are neighbours in the launch, and a last
+  // row block that M ends inside stays where it falls; grids of more rounds keep the bands of n-blocks.
+  static_assert(fd::gemm_dense_one_round_by_rows(false, fd::kSbBlock, fd::kOutBf16));
+  static_assert(!fd::gemm_dense_one_round_by_rows(true, fd::kSbBlock, fd::kOutBf16));
+  static_assert(!fd::gemm_dense_one_round_by_rows(false, fd::kSbRowMnMajor, fd::kOutBf16));
+  static_assert(!fd::gemm_dense_one_round_by_rows(false, fd::kSbRowMnMajor, fd::kOutF32AddToD));
+  static_assert(!fd::gemm_dense_one_round_by_rows(false, fd::kSbBlock, fd::kOutF32));
+  static_assert(!fd::gemm_dense_one_round_by_rows(false, fd::kSbRowMnMajor, fd::kOutBf16DT));
+  // 576x4096 on 128x160 tiles: 5 x 26 tiles over 130 CTAs, one round; CTA i takes m-block i % 5 of n-block i / 5.
+  const auto one_round = walk<fd::GemmKind::kNormal, 128, 160, 26, false, false, true>(576, 1, nullptr, 130);
+  for (int cta = 0; cta < 130; ++cta) {
+    ASSERT_EQ(one_round[size_t(cta)].size(), 1u);
+    const Visit& v = one_round[size_t(cta)][0];
+    EXPECT_EQ(v.m_block, cta % 5);
+    EXPECT_EQ(v.n_block, cta / 5);
+    EXPECT_EQ(v.row_base, 128 * (cta % 5));
+    EXPECT_EQ(v.first_row, 0);
+    EXPECT_EQ(v.compute_rows, cta % 5 == 4 ? 64 : 128);
+  }
+  // The same tiles over 129 CTAs (two rounds): the bands of n-blocks, the last block moved up to end at row M.
+  const auto two_rounds = walk<fd::GemmKind::kNormal, 128, 160, 26, false, false, true>(576, 1, nullptr, 129);
+  const auto bands = walk<fd::GemmKind::kNormal, 128, 160, 26>(576, 1, nullptr, 129);
+  for (int cta = 0; cta < 129; ++cta) {
+    ASSERT_EQ(two_rounds[size_t(cta)].size(), bands[size_t(cta)].size());
+    for (size_t i = 0; i < bands[size_t(cta)].size(); ++i) {
+      const Visit& v = two_rounds[size_t(cta)][i];
+      const Visit& w = bands[size_t(cta)][i];
+      EXPECT_EQ(std::make_tuple(v.m_block, v.n_block, v.row_base, v.first_row, v.compute_rows),
+                std::make_tuple(w.m_block, w.n_block, w.row_base, w.first_row, w.compute_rows));
+    }
+  }
+  EXPECT_EQ(bands[16][0].m_block, 1);  // n-block 0 of the second row block, in the band of 16 n-blocks
+  EXPECT_EQ(bands[64][0].row_base, 448);
 }
 
 TEST(Scheduler, WeightGradientKeepsALongLastRowBlockWhereItFalls) {

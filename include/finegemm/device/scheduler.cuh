@@ -2,10 +2,12 @@
 //
 // A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
-// shares a few rows of A and a band of B in L2. Dense and contiguous GEMMs tile the 2D view as one group; the masked
-// and psum layouts walk their groups one after another, each group's tiles rasterized alone: a group of at most
-// kColumnWalkMaxRows rows column by column (its row blocks of one n-block together), a larger one in bands; with
-// 256x128 tiles, a group's last block of at most 128 rows after them, as wide tiles over two n-blocks.
+// shares a few rows of A and a band of B in L2. The forward dense kernels walk a grid of one round (every tile resident
+// at once) m-block fastest instead (kOneRoundByRows), so that neighbouring CTAs share a B tile. Dense and contiguous
+// GEMMs tile the 2D view as one group; the masked and psum layouts walk their groups one after another, each group's
+// tiles rasterized alone: a group of at most kColumnWalkMaxRows rows column by column (its row blocks of one n-block
+// together), a larger one in bands; with 256x128 tiles, a group's last block of at most 128 rows after them, as wide
+// tiles over two n-blocks.
 #pragma once
 
 #include "finegemm/device/common/gemm_layout.cuh"
@@ -46,8 +48,12 @@ struct Tile {
 };
 
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, bool kWideTail = false,
-          int kRasterBand = kDefaultRasterBand, bool kClipLongTail = false>
+          int kRasterBand = kDefaultRasterBand, bool kClipLongTail = false, bool kOneRoundByRows = false>
 struct TileScheduler {
+  /// kOneRoundByRows (gemm_dense_one_round_by_rows): where the dense tiles fit one round of the CTAs, they are walked
+  /// m-block fastest (the CTAs that read one B tile are neighbours in the launch), and a last row block that M ends
+  /// inside stays where it falls (its rows past M read as zeros by TMA and clipped from the stores).
+  static_assert(!kOneRoundByRows || (kKind == GemmKind::kNormal && !kClipLongTail), "one round by rows: dense kernels");
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
   static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
   /// With 128-column tiles (unclustered), a half (at most 128 rows of one expert) is computed for two adjacent
@@ -333,6 +339,8 @@ struct TileScheduler {
                               : kWideHalves ? first_pass_tiles + halved_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
                                             : 2 * first_pass_tiles;
     if (next_tile >= num_tiles) return false;
+    // kOneRoundByRows: every tile of the grid resident at once, so the walk only places tiles on SMs.
+    const bool one_round_by_rows = kOneRoundByRows && num_tiles <= tile_stride;
     int32_t t = next_tile;
     next_tile += tile_stride;
     tail_half = -1;
@@ -365,6 +373,8 @@ struct TileScheduler {
     if (kWideHalves && second_pass) {
       tile.m_block = t - first_pass_tiles;
       tile.n_block = kNumNBlocks - 1;
+    } else if (one_round_by_rows) {
+      rasterize_by_rows(t, wide_tail ? num_m_blocks - 1 : num_m_blocks, tile.m_block, tile.n_block);
     } else {
       rasterize(second_pass ? t - first_pass_tiles : t, wide_tail ? num_m_blocks - 1 : num_m_blocks, tile.m_block,
                 tile.n_block);
@@ -377,9 +387,10 @@ struct TileScheduler {
       // multiple of 4 (a TMA box of MN-major SA must start 16-byte aligned): its loads then reach at most 3 rows
       // past A (a box reaching far past the end measured up to 28% slower on an H100).
       // The rows it shares with the block before are computed twice and written only by that block.
-      // kClipLongTail (gemm_dense_clips_long_tail): a block of more than BLOCK_M / 2 rows stays where it falls.
+      // kClipLongTail (gemm_dense_clips_long_tail): a block of more than BLOCK_M / 2 rows stays where it falls;
+      // kOneRoundByRows: every last block of a one-round grid does.
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
-      const bool stays = kClipLongTail && num_rows - tile.row_base > BLOCK_M / 2;
+      const bool stays = one_round_by_rows || (kClipLongTail && num_rows - tile.row_base > BLOCK_M / 2);
       if (num_rows >= BLOCK_M && moved_base < tile.row_base && !stays) {
         tile.first_row = tile.row_base - moved_base;
         tile.row_base = moved_base;

@@ -282,6 +282,18 @@ FG_HOST_DEVICE constexpr bool gemm_dense_clips_long_tail(bool grouped, uint32_t 
   return !grouped && sb_mode == kSbRowMnMajor && gemm_out_bytes(output) == 4;
 }
 
+/// Whether a dense kernel whose tiles fit one round of its CTAs walks them m-block fastest and keeps a last row block
+/// that M ends inside where it falls (TileScheduler's kOneRoundByRows): the forward GEMM's (128x128 SB blocks, bf16
+/// output). Measured on an H200 against bands of n-blocks with that block moved up (DeepGEMM's timer, DeepGEMM in the
+/// same process, DG / FG), 576x4096x7168 (one round of 130 tiles): 0.994, 0.996 -> 1.014, 1.019 (`finegemm bench`
+/// 28.2 -> 27.6 us; 512x4096x7168 25.2 -> 24.0; 320x7168x7168 31.7-32.5 -> 30.9-31.0). Of the two alone, the order gave
+/// 1.006-1.011 there and the kept block (in bands of n-blocks) 0.847-0.864. Over more rounds the order lost (every
+/// grid m-block fastest in bands of 16 m-blocks, `finegemm bench`, us: 4096x4096x7168 159.1-159.4 -> 163.0-163.1,
+/// 4096x7168x16384 622.2-623.2 -> 641.4-642.0, 2112x7168x2048 47.8-47.9 -> 48.6-48.7).
+FG_HOST_DEVICE constexpr bool gemm_dense_one_round_by_rows(bool grouped, uint32_t sb_mode, uint32_t output) {
+  return !grouped && sb_mode == kSbBlock && output == kOutBf16;
+}
+
 /// Whether a kernel also gets a 128-row box of A (GemmArgs::tma_a_half) for the tiles that compute at most 128 rows:
 /// grouped GEMMs with 256-row tiles, whose contiguous blocks split between two experts and masked groups' last rows
 /// make such tiles (with only the 256-row box, such a tile moved 48 KB per stage for half the math of a full one: 1.2%

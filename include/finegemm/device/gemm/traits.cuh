@@ -111,7 +111,8 @@ struct GemmTraits {
 
   // ---- Tile walk ----------------------------------------------------------------------------------------------
   using Scheduler = TileScheduler<kGemmKind, BLOCK_M, BLOCK_N, kNumNBlocks, kWideTail, kDefaultRasterBand,
-                                  gemm_dense_clips_long_tail(kGrouped, kSbMode, kOutput)>;
+                                  gemm_dense_clips_long_tail(kGrouped, kSbMode, kOutput),
+                                  gemm_dense_one_round_by_rows(kGrouped, kSbMode, kOutput)>;
   /// Contiguous 256-row kernels run a half (at most 128 rows) as a wide tile over two n-blocks (Tile::wide): A
   /// through the 128-row box into the first half of the A stage, the second n-block's B into the other half. Its wave
   /// 1 is the same rows times that B, with the second SB block's scale, stored 128 columns to the right. Kernels with
