@@ -83,13 +83,14 @@ void check_normal(int m, int num_ctas) {
   // rows past row M (the last row block moves up to a multiple of 4 rows; its rows before first_row belong to the
   // block before; a wide tail's 128 rows likewise), but a last block of more than BLOCK_M / 2 rows in the kernels that
   // keep it where it falls (kClipLongTail), and every last block but a wide tail's in one-round grids of the kernels
-  // that walk those by rows (kOneRoundByRows).
+  // that walk those by rows (kOneRoundByRows, M at most the n-blocks' width).
   std::vector<int> written(size_t(m) * NB, 0);
   for (const auto& cta : visits)
     for (const auto& v : cta) {
       EXPECT_EQ(v.row_base % 4, 0);
       const bool last = m >= BM && v.m_block == m / BM && !v.wide;
-      const bool kept = last && ((kClipLongTail && m % BM > BM / 2) || (kOneRoundByRows && one_round && m % BM != 0));
+      const bool by_rows = kOneRoundByRows && one_round && m <= NB * BN;
+      const bool kept = last && ((kClipLongTail && m % BM > BM / 2) || (by_rows && m % BM != 0));
       if (kept) {
         EXPECT_EQ(v.row_base, v.m_block * BM) << "m=" << m;
         EXPECT_EQ(v.first_row, 0) << "m=" << m;
@@ -131,8 +132,9 @@ TEST(Scheduler, NormalEveryTileOnceAcrossShapesAndSmCounts) {
 
 TEST(Scheduler, ForwardGemmWalksOneRoundByRowsAndKeepsItsLastRowBlock) {
   // The forward kernels (128x128 SB blocks, bf16 D: gemm_dense_one_round_by_rows): a grid whose tiles fit one round of
-  // the CTAs is walked m-block fastest, so that the CTAs reading one B tile are neighbours in the launch, and a last
-  // row block that M ends inside stays where it falls; grids of more rounds keep the bands of n-blocks.
+  // the CTAs, with M at most N, is walked m-block fastest, so that the CTAs reading one B tile are neighbours in the
+  // launch, and a last row block that M ends inside stays where it falls; grids of more rounds keep the bands of
+  // n-blocks.
   static_assert(fd::gemm_dense_one_round_by_rows(false, fd::kSbBlock, fd::kOutBf16));
   static_assert(!fd::gemm_dense_one_round_by_rows(true, fd::kSbBlock, fd::kOutBf16));
   static_assert(!fd::gemm_dense_one_round_by_rows(false, fd::kSbRowMnMajor, fd::kOutBf16));
@@ -164,6 +166,23 @@ TEST(Scheduler, ForwardGemmWalksOneRoundByRowsAndKeepsItsLastRowBlock) {
   }
   EXPECT_EQ(bands[16][0].m_block, 1);  // n-block 0 of the second row block, in the band of 16 n-blocks
   EXPECT_EQ(bands[64][0].row_base, 448);
+  // A taller than B is wide keeps the bands in one round too: 4096x512 on 128x128 tiles, 32 x 4 tiles over 128 CTAs,
+  // CTA i takes n-block i % 4 of m-block i / 4 (the CTAs that read one A tile are neighbours); 2100x512 (17 x 4 tiles
+  // over 68 CTAs) moves its last block up.
+  const auto tall = walk<fd::GemmKind::kNormal, 128, 128, 4, false, false, true>(4096, 1, nullptr, 128);
+  for (int cta = 0; cta < 128; ++cta) {
+    ASSERT_EQ(tall[size_t(cta)].size(), 1u);
+    EXPECT_EQ(tall[size_t(cta)][0].n_block, cta % 4);
+    EXPECT_EQ(tall[size_t(cta)][0].m_block, cta / 4);
+  }
+  const auto tall_tail = walk<fd::GemmKind::kNormal, 128, 128, 4, false, false, true>(2100, 1, nullptr, 68);
+  EXPECT_EQ(tall_tail[64][0].m_block, 16);
+  EXPECT_EQ(tall_tail[64][0].row_base, 2100 - 128);
+  EXPECT_EQ(tall_tail[64][0].first_row, 16 * 128 - (2100 - 128));
+  // M equal to the n-blocks' width still walks by rows: 512x512, 4 x 4 tiles over 16 CTAs.
+  const auto square = walk<fd::GemmKind::kNormal, 128, 128, 4, false, false, true>(512, 1, nullptr, 16);
+  EXPECT_EQ(square[1][0].m_block, 1);
+  EXPECT_EQ(square[1][0].n_block, 0);
 }
 
 TEST(Scheduler, WeightGradientKeepsALongLastRowBlockWhereItFalls) {

@@ -2,8 +2,9 @@
 //
 // A pure index function over plain pointers, compiled for the host too, so CPU tests enumerate its tile order.
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
-// shares a few rows of A and a band of B in L2. The forward dense kernels walk a grid of one round (every tile resident
-// at once) m-block fastest instead (kOneRoundByRows), so that neighbouring CTAs share a B tile. Dense and contiguous
+// shares a few rows of A and a band of B in L2. The forward dense kernels walk a grid of one round (every tile
+// resident at once) with M at most N m-block fastest instead (kOneRoundByRows), so that neighbouring CTAs share a B
+// tile. Dense and contiguous
 // GEMMs tile the 2D view as one group; the masked and psum layouts walk their groups one after another, each group's
 // tiles rasterized alone: a group of at most kColumnWalkMaxRows rows column by column (its row blocks of one n-block
 // together), a larger one in bands; with 256x128 tiles, a group's last block of at most 128 rows after them, as wide
@@ -50,9 +51,10 @@ struct Tile {
 template <GemmKind kKind, int BLOCK_M, int BLOCK_N, int kNumNBlocks, bool kWideTail = false,
           int kRasterBand = kDefaultRasterBand, bool kClipLongTail = false, bool kOneRoundByRows = false>
 struct TileScheduler {
-  /// kOneRoundByRows (gemm_dense_one_round_by_rows): where the dense tiles fit one round of the CTAs, they are walked
-  /// m-block fastest (the CTAs that read one B tile are neighbours in the launch), and a last row block that M ends
-  /// inside stays where it falls (its rows past M read as zeros by TMA and clipped from the stores).
+  /// kOneRoundByRows (gemm_dense_one_round_by_rows): where the dense tiles fit one round of the CTAs and M is at most
+  /// the n-blocks' width (B the larger operand), they are walked m-block fastest (the CTAs that read one B tile are
+  /// neighbours in the launch), and a last row block that M ends inside stays where it falls (its rows past M read as
+  /// zeros by TMA and clipped from the stores). A taller A keeps the bands, whose neighbours read one A tile.
   static_assert(!kOneRoundByRows || (kKind == GemmKind::kNormal && !kClipLongTail), "one round by rows: dense kernels");
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
   static constexpr bool kContiguousHalves = kKind == GemmKind::kGroupedContiguous && BLOCK_M == 256;
@@ -339,8 +341,10 @@ struct TileScheduler {
                               : kWideHalves ? first_pass_tiles + halved_tiles + (kNumNBlocks % 2 == 1 ? num_m_blocks : 0)
                                             : 2 * first_pass_tiles;
     if (next_tile >= num_tiles) return false;
-    // kOneRoundByRows: every tile of the grid resident at once, so the walk only places tiles on SMs.
-    const bool one_round_by_rows = kOneRoundByRows && num_tiles <= tile_stride;
+    // kOneRoundByRows: every tile of the grid resident at once, so the walk only places tiles on SMs; by rows where
+    // A is no taller than B's n-blocks are wide (B the larger operand).
+    const bool one_round_by_rows =
+        kOneRoundByRows && num_tiles <= tile_stride && num_rows <= kNumNBlocks * BLOCK_N;
     int32_t t = next_tile;
     next_tile += tile_stride;
     tail_half = -1;

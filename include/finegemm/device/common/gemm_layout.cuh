@@ -283,13 +283,16 @@ FG_HOST_DEVICE constexpr bool gemm_dense_clips_long_tail(bool grouped, uint32_t 
 }
 
 /// Whether a dense kernel whose tiles fit one round of its CTAs walks them m-block fastest and keeps a last row block
-/// that M ends inside where it falls (TileScheduler's kOneRoundByRows): the forward GEMM's (128x128 SB blocks, bf16
-/// output). Measured on an H200 against bands of n-blocks with that block moved up (DeepGEMM's timer, DeepGEMM in the
-/// same process, DG / FG), 576x4096x7168 (one round of 130 tiles): 0.994, 0.996 -> 1.014, 1.019 (`finegemm bench`
-/// 28.2 -> 27.6 us; 512x4096x7168 25.2 -> 24.0; 320x7168x7168 31.7-32.5 -> 30.9-31.0). Of the two alone, the order gave
-/// 1.006-1.011 there and the kept block (in bands of n-blocks) 0.847-0.864. Over more rounds the order lost (every
-/// grid m-block fastest in bands of 16 m-blocks, `finegemm bench`, us: 4096x4096x7168 159.1-159.4 -> 163.0-163.1,
-/// 4096x7168x16384 622.2-623.2 -> 641.4-642.0, 2112x7168x2048 47.8-47.9 -> 48.6-48.7).
+/// that M ends inside where it falls (TileScheduler's kOneRoundByRows, where M is at most N): the forward GEMM's
+/// (128x128 SB blocks, bf16 output). Measured on an H200 against bands of n-blocks with that block moved up
+/// (DeepGEMM's timer, DeepGEMM in the same process, DG / FG), 576x4096x7168 (one round of 130 tiles): 0.994, 0.996 ->
+/// 1.014, 1.019 (`finegemm bench` 28.2 -> 27.6 us; 512x4096x7168 25.2 -> 24.0; 320x7168x7168 31.7-32.5 -> 30.9-31.0).
+/// Of the two alone, the order gave 1.006-1.011 there and the kept block (in bands of n-blocks) 0.847-0.864. Where A
+/// is the taller operand the bands win (their neighbours share an A tile; `finegemm bench`, three rounds, us, by rows
+/// -> bands: 4096x512x32768 101.2-101.5 -> 98.2-98.5, 2048x512x7168 19.9-20.0 -> 16.6-16.7, 4096x1024x7168 44.4-44.7
+/// -> 43.8-43.9, 4096x576x7168 28.7 -> 28.5-28.6; 1024x576x7168 14.2-14.3 -> 14.4). Over more rounds the order lost
+/// (every grid m-block fastest in bands of 16 m-blocks, `finegemm bench`, us: 4096x4096x7168 159.1-159.4 ->
+/// 163.0-163.1, 4096x7168x16384 622.2-623.2 -> 641.4-642.0, 2112x7168x2048 47.8-47.9 -> 48.6-48.7).
 FG_HOST_DEVICE constexpr bool gemm_dense_one_round_by_rows(bool grouped, uint32_t sb_mode, uint32_t output) {
   return !grouped && sb_mode == kSbBlock && output == kOutBf16;
 }
