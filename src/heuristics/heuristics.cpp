@@ -520,8 +520,17 @@ void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, 
                        hw.smem_per_block)
               --stages;
             const int64_t k_blocks = ceil_div(p.k, 128);
-            // More stages than K blocks of two tiles buy nothing.
-            stages = int(std::min<int64_t>(stages, std::max<int64_t>(min_stages, 2 * k_blocks / split)));
+            // More stages than K blocks of two tiles buy nothing. Dense 64-row tiles over more than one round stage
+            // at most one tile's K blocks: deeper, the next tile's loads go out beside this tile's and its math and
+            // stores wait for both. Measured on an H200 (`finegemm bench`, two rounds, us; `bench --chain`, PDL on,
+            // us per layer), 8 stages -> 4 at 32768x512: M = 1 8.5, 8.5 -> 8.0, 8.0 (chain 7.33, 7.39 -> 7.21,
+            // 7.21); M = 16 8.5, 8.6 -> 8.0, 8.0 (7.82, 7.83 -> 7.82, 7.82); M = 64 8.8, 8.8 -> 8.5, 8.4 (8.79,
+            // 8.79 -> 8.69, 8.70). 128-row tiles lost (M = 128, 5 stages -> 4: 9.6, 9.5 -> 9.7, 9.6; chain 9.75,
+            // 9.76 -> 9.88, 9.84), and longer K with fewer stages much more (M = 1, 4096x7168: 18 -> 7, 11.6 -> 16.4).
+            const bool one_tile_of_k =
+                p.kind == GemmKind::kNormal && block_m == 64 && m_blocks * n_blocks * split > c.grid;
+            stages = int(std::min<int64_t>(
+                stages, std::max<int64_t>(min_stages, (one_tile_of_k ? 1 : 2) * k_blocks / split)));
             if (constraints.stages >= min_stages) stages = std::min(stages, constraints.stages);
             if (stages < min_stages) {
               cand.rejected = min_stages == kMinStages ? "fewer than 3 pipeline stages fit in shared memory"

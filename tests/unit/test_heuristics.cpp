@@ -296,6 +296,28 @@ TEST(Heuristics, NarrowStoreSlabsCostMoreWhereTheOutputDominates) {
   EXPECT_EQ(fh::select_config(dense(1024, 2112, 7168), 132).block_n, 144);
 }
 
+TEST(Heuristics, DecodeTilesOverTwoRoundsStageOneTileOfK) {
+  // Dense 64-row tiles over more than one round stage at most one tile's K blocks (4 at K = 512: 8 measured slower on
+  // an H200); one-round grids, 128-row tiles and longer K keep the stages that fit.
+  for (int64_t m : {1, 16, 64}) {
+    const auto c = fh::select_config(dense(m, 32768, 512), 132);
+    ASSERT_EQ(c.block_m, 64) << c.describe();
+    EXPECT_GT(c.num_waves, 1) << c.describe();
+    EXPECT_EQ(c.num_stages, 4) << c.describe();
+  }
+  const auto two_warpgroups = fh::select_config(dense(128, 32768, 512), 132);
+  ASSERT_EQ(two_warpgroups.block_m, 128);
+  EXPECT_EQ(two_warpgroups.num_stages, 5) << two_warpgroups.describe();
+  const auto one_round = fh::select_config(dense(64, 4096, 512), 132);
+  ASSERT_EQ(one_round.block_m, 64);
+  EXPECT_EQ(one_round.num_waves, 1);
+  EXPECT_EQ(one_round.num_stages, 8) << one_round.describe();
+  for (int64_t n : {2112, 4096}) {
+    const auto long_k = fh::select_config(dense(1, n, 7168), 132);
+    EXPECT_GT(long_k.num_stages, 8) << long_k.describe();
+  }
+}
+
 TEST(Heuristics, Block256AtShortKOnlyWhenOneBlockHoldsEveryRow) {
   // K = 512 with all rows in one 256-row block: BLOCK_M=256 measured 8-10% faster on an H100.
   for (int64_t m : {192, 256}) {
