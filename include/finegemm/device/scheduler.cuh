@@ -4,11 +4,10 @@
 // Tile order (per group): bands of kRasterBand n-blocks; inside a band, m-block after m-block, so one wave of CTAs
 // shares a few rows of A and a band of B in L2. The forward dense kernels walk a grid of one round (every tile
 // resident at once) with M at most N m-block fastest instead (kOneRoundByRows), so that neighbouring CTAs share a B
-// tile. Dense and contiguous
-// GEMMs tile the 2D view as one group; the masked and psum layouts walk their groups one after another, each group's
-// tiles rasterized alone: a group of at most kColumnWalkMaxRows rows column by column (its row blocks of one n-block
-// together), a larger one in bands; with 256x128 tiles, a group's last block of at most 128 rows after them, as wide
-// tiles over two n-blocks.
+// tile. Dense and contiguous GEMMs tile the 2D view as one group; the masked and psum layouts walk their groups one
+// after another, each group's tiles rasterized alone: a group of at most kColumnWalkMaxRows rows column by column (its
+// row blocks of one n-block together), a larger one in bands; with 256x128 tiles, a group's last block of at most 128
+// rows after them, as wide tiles over two n-blocks.
 #pragma once
 
 #include "finegemm/device/common/gemm_layout.cuh"
