@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <sstream>
 #include <tuple>
 
 #include "common/error.hpp"
 #include "finegemm/device/common/gemm_layout.cuh"
+#include "heuristics/kernel_options.hpp"
+#include "heuristics/time_model.hpp"
 
 namespace finegemm::heuristics {
 namespace {
@@ -36,29 +37,6 @@ constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile r
 // fp32 tiles stored in unswizzled halves, though their wgmmas alone run at full rate: docs/performance.md, "What was
 // tried".)
 constexpr int kBlockNStep = 16;
-// Cycles from a math warpgroup's wgmma completion to its next issue (promotion, release, turn, descriptors): fitted
-// to H100 runs of BLOCK_N 96..192.
-constexpr double kMathCriticalCycles = 300.0;
-// The same with 1x128 scales on both operands (the weight gradient), whose promotion scales each column by its own
-// factor: fitted to H200 runs of 4096x4096x7168, where 128x160 tiles (7 rounds) ran faster than 128x128 (8 rounds).
-constexpr double kMathCriticalCyclesSbPerRow = 384.0;
-// Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to BLOCK_M=128:
-// the per-K-block work (barrier waits, scales, turns, stage bookkeeping) is shared by two waves and the tile loads
-// 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
-// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP).
-constexpr double kBlockM256CycleFactor = 0.91;
-// Dense GEMMs whose 256x128 tiles run in few waves, or at K <= 2048, take 0.95 instead. Timed on an H100 with
-// 256x128, 128x192, 128x160 and 128x128 tiles over M 512..3072 and six (N, K) pairs, the 0.91 pick was
-// up to 9.8% slower than the fastest of them (1024x7168x2048 29.0 against 26.4 us with 128x160). Where 0.95 then
-// moves a shape to 128-row tiles it ran faster on 15 of 16 checked (two rounds each, us: 2048x7168x16384 372.4-373.7
-// -> 361.9-363.1, 1024x7168x2048 28.5 -> 26.1, 6400x2112x7168 164.2-164.5 -> 147.8-148.4, 3200x7168x2048 78.5-78.9
-// -> 73.7-73.9) and 0.9% slower on one (1600x4096x7168, BN=144). Where the 256x128 tiles run in more waves at longer
-// K, 0.95 lost 2-13% (10688x4096x7168 456.1-456.2 -> 514.8-515.0, 5504x11008x4096 362.8-363.7 -> 381.6-383.5): over
-// many rounds of tiles the 256-row tile's fewer operand reads per FLOP count for more than the model shows. Grouped
-// GEMMs keep 0.91: with 0.95 masked 4x256x7168x2048 moved to 128x160 tiles and ran 44.0 against 35.1 us.
-constexpr double kBlockM256CycleFactorFewWaves = 0.95;
-constexpr int64_t kBlockM256FewWaves = 4;
-constexpr int64_t kBlockM256ShortK = 2048;
 // Below 12 K blocks BLOCK_M=256 loses to BLOCK_M=128 on an H100: 146.0-146.5 vs 130.1-130.9 us at 4096x32768x512.
 // At K=1536 (the K loop with one copy per wave count) it ran 24576x1536 at M 512-8192 0-2% faster than 128x192
 // (4096: 237.7-238.3 vs 241.0-241.3 us) and, against the picks it replaced at N=7168, M=400, 2200 2-4% faster,
@@ -68,14 +46,6 @@ constexpr int64_t kBlockM256MinK = 1536;
 // with BLOCK_M=256 against 15.9-16.1 and 16.9-17.0 with 128-row tiles (H100; the time model then picks it); at
 // K=1536 it lost there too (192x24576x1536 25.4 against 24.0).
 constexpr int64_t kBlockM256OneBlockMaxK = 512;
-// The epilogue's TMA stores write slabs of epilogue_slab_cols(BLOCK_N) columns; at BLOCK_N 112 and 144 (32-byte
-// swizzle) a slab row is 32 bytes of D, and storing a tile costs more than its bytes at the SM's share of DRAM
-// bandwidth: at 512x32768x512 (D twice B's bytes, 4 K blocks a tile) BLOCK_N=144 ran 27.5-27.6 us against 23.2 for
-// BLOCK_N=128 and 23.6 for 192 (H100), 3.9 against 2.9 us per tile where the
-// model's store term alone separated them by 0.2. Fitted to that: slabs with rows under 64 bytes cost this much more
-// where D has at least B's bytes (dense: 2 M >= K; the call is the output's writes). Where B dominates it did not show:
-// 192x7168x2048 and 256x7168x2048 ran 10.8 and 11.0 us with BLOCK_N=112 (128 tiles) against 11.5 and 11.4 with 128.
-constexpr double kNarrowSlabStoreFactor = 1.43;
 // The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS), with a block
 // holding two experts run as wide tiles: 1228 vs 1255 (G=4) and 1200 vs 1224 (G=8), and with equal experts (no such
 // block) 1243 vs 1270 and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4). On an H200 (DeepGEMM's contiguous
@@ -93,13 +63,8 @@ constexpr int64_t kBlockM256MinKContiguous = 3072;
 constexpr int64_t kBlockM256MinKMaskedPsum = 4096;
 constexpr int64_t kBlockM256MaxGroupRowsAnyK = 256;
 constexpr int64_t kBlockM256ShortKMaxGroupRows = 2048;
-// Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
-// split tiles won where the unsplit ones were 16 columns wide (64x2112x7168 12.2 vs 13.3, 1x2112x7168 16.7 vs
-// 18.8, 129x576x7168 11.2 vs 12.8) and lost with 64-column or 128-row ones (64x4096x7168 BN=64 19.0 vs 16.9,
-// 128x4096x7168 21.2 vs 19.0, 100x2112x7168 BM=128 14.8 vs 14.5). Its fixed cost (a clustered launch, the
-// partial-sum exchange) is charged as:
-constexpr double kSplitKOverheadUs = 1.0;
-constexpr int64_t kSplitKMinK = 7168;  // the K it was measured at
+// Split-K measured faster only at this K and above (the runs: kSplitKOverheadUs, time_model.cpp).
+constexpr int64_t kSplitKMinK = 7168;
 // On an H200 (kernel us, after the memset flush, two rounds) split-K also wins where the unsplit tiles fill the SMs in
 // one wave, and with 128-row tiles 32 wide: 64x2112x7168 9.2, 9.2 (64x32 split) against 10.2, 10.1 (132 unsplit 64x16
 // tiles); 128x2112x7168 10.3, 10.2 (128x32 split) against 10.8, 10.8 (132 unsplit 64x32 tiles). Wider split tiles lost
@@ -128,231 +93,7 @@ int max_block_n_sb_per_row(int block_m, uint32_t output) {
   return block_m == 64 ? 128 : 0;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/// Rows per group the tiles are counted over.
-int64_t rows_for_tiles(const Problem& p) { return p.m; }
-
-/// Groups whose tiles the kernel walks one after another (masked and psum: every group, p.m rows each; dense and
-/// contiguous: one 2D view of p.m rows).
-int tiled_groups(const Problem& p) {
-  return p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum ||
-                 p.kind == GemmKind::kGroupedK
-             ? p.num_groups
-             : 1;
-}
-
-/// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
-/// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3;
-/// 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2; 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1,
-/// 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 / 194.2, 194.3; 4224x7168x2048 (128x192 before) 97.8, 97.4 /
-/// 94.7, 94.7; 4157x1000x4096 (128x128 before) 29.0, 29.0 / 29.3, 29.2. A first version had the wide path in every
-/// 256x128 kernel and no K limit: the unchanged shapes ran 0.4-0.6% slower (4096x7168x16384 643.1, 643.9 / 647.4,
-/// 647.8), 8300x7168x2048 (no round saved) 0.5% slower, and at K=1536 4160x24576x1536 took 256x128 tiles over 128x192
-/// ones, 247.8, 248.4 against 237.9, 237.2.
-constexpr int64_t kWideTailMinK = 2048;
-
-/// Whether the kernel of `c` may run a last row block of at most 128 rows as wide tiles (device::gemm_wide_tail): a
-/// dense GEMM's from kWideTailMinK on, each masked or psum group's at any K.
-bool wide_tail_allowed(const Problem& p, const KernelConfig& c) {
-  return device::gemm_wide_tail(static_cast<device::GemmKind>(p.kind), uint32_t(c.block_m), uint32_t(c.block_n),
-                                uint32_t(c.split_k), c.sa_mode) &&
-         (p.kind != GemmKind::kNormal || p.k >= kWideTailMinK);
-}
-
-/// The kernel output (device::GemmOutput) of a problem.
-uint32_t output_of(const Problem& p) {
-  if (p.d_dtype != DType::kFloat32) return device::kOutBf16;
-  if (!p.accumulate) return device::kOutF32;
-  return p.c_is_d ? device::kOutF32AddToD : device::kOutF32AddC;
-}
-
-/// Bytes of D each output element costs: written once, and with accumulation C read once too.
-double output_bytes_per_element(const Problem& p) {
-  const uint32_t output = output_of(p);
-  return double(device::gemm_out_bytes(output)) * (p.accumulate ? 2.0 : 1.0);
-}
-
-/// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once
-/// (and C once).
-struct CallBytes {
-  double a = 0, b = 0, d = 0;
-};
-CallBytes call_bytes(const Problem& p) {
-  const double rows = double(rows_for_tiles(p) * tiled_groups(p));
-  const double b_groups = p.kind == GemmKind::kNormal ? 1.0 : double(p.num_groups);
-  return CallBytes{rows * double(p.k), b_groups * double(p.n * p.k), output_bytes_per_element(p) * rows * double(p.n)};
-}
-
-/// Whether D (the call's M x N) fits the L2.
-bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
-  return double(p.m) * double(p.n) * double(device::gemm_out_bytes(output_of(p))) <= hw.l2_bytes;
-}
-
-/// Where D outgrows the L2, a tile on D^T's grid takes this much longer than one of the same size on D's own grid:
-/// its transposed reductions into D cost it more there. Measured on an H200 (`finegemm bench`, C = D, 128x160 tiles
-/// on a grid of 1440 in 11 rounds either way, two rounds, us): 7168x4096x16384 on D^T's tiles 950.4, 950.9 against
-/// 898.4, 897.0 for a 4096x7168x16384 call on D's own (5.9%; on another machine 923.2, 922.4 against 875.7, 876.4,
-/// 5.4%); at 128x176 (7168x4096x16384 in 10 rounds, 1312 tiles, against 4096x7168x16384 on D's own 128x160 in 11)
-/// 903.4, 902.6 against 898.4, 897.0, about what its 10% more columns per tile cost. At 2112x4096x7168 (D of 35 MB)
-/// the two ran alike (128x176: 123.6, 124.0 against 124.0, 123.8 us).
-constexpr double kDTransposedTileFactorBeyondL2 = 1.06;
-
-void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
-  const int64_t n_blocks = ceil_div(p.n, c.block_n);
-  const int groups = tiled_groups(p);
-  // Masked and psum kernels run each group's last block of at most 128 rows as wide tiles wherever they can (the
-  // groups' rows are known only on the device); here every group has p.m rows.
-  c.wide_tail = p.kind != GemmKind::kNormal && wide_tail_allowed(p, c);
-  c.num_tiles = std::max<int64_t>(
-      1, groups * device::gemm_group_tiles<int64_t>(rows_for_tiles(p), n_blocks, c.block_m, c.wide_tail));
-  // Split-K: a tile takes both CTAs of a cluster, each over half of K.
-  c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid / c.split_k));
-  // A dense GEMM's last row block of at most 128 rows as wide tiles, where that saves a round.
-  if (p.kind == GemmKind::kNormal && wide_tail_allowed(p, c)) {
-    const int64_t wide_tiles = device::gemm_dense_tiles(p.m, n_blocks, uint32_t(c.block_m), true);
-    if (ceil_div(wide_tiles, int64_t(c.grid)) < c.num_waves) {
-      c.wide_tail = true;
-      c.num_tiles = wide_tiles;
-      c.num_waves = ceil_div(c.num_tiles, int64_t(c.grid));
-    }
-  }
-  // Cycles per 128-wide K block. A warpgroup's batch of four m64nNk32 wgmmas keeps the tensor pipe busy 2N cycles
-  // (N rounded up to 32: BN=112 measured 14% slower than BN=128 at equal waves on an H100). Between the end of its
-  // batch and the issue of its next one a warpgroup promotes and re-issues, about kMathCriticalCycles. With two
-  // warpgroups taking turns, the pipe stays busy while the other's batch covers that; one warpgroup (BLOCK_M = 64)
-  // pays it every K block. Straddling tiles pay 2% for their per-granule scale selection.
-  const double charged_n = double(ceil_div(c.block_n, 32) * 32);
-  const double straddle = 128 % c.block_n == 0 ? 1.0 : 1.02;
-  const double batch_cycles = 2.0 * charged_n * straddle;
-  // BLOCK_M = 256: each warpgroup runs two 64-row waves, i.e. two batches, per K block.
-  const double critical_cycles = p.sb_per_row ? kMathCriticalCyclesSbPerRow : kMathCriticalCycles;
-  const double turns_cycles = std::max(2.0 * batch_cycles, batch_cycles + critical_cycles);
-  const bool few_waves_or_short_k = c.num_waves <= kBlockM256FewWaves || p.k <= kBlockM256ShortK;
-  const double block_m256_factor =
-      p.kind == GemmKind::kNormal && few_waves_or_short_k ? kBlockM256CycleFactorFewWaves : kBlockM256CycleFactor;
-  const double k_block_cycles = c.block_m == 64    ? batch_cycles + critical_cycles
-                                : c.block_m == 128 ? turns_cycles
-                                                   : 2.0 * turns_cycles * block_m256_factor;
-  const double cta_k = double(p.k) / double(c.split_k);
-  const double tile_compute_s = double(ceil_div(p.k, 128)) / double(c.split_k) * k_block_cycles / hw.sm_clock_hz;
-  const double tile_l2_bytes = double(c.block_m + c.block_n) * cta_k;
-  // Loading the tile's operands into the SM is counted in full next to the compute: with few K blocks per stage
-  // ring the two overlap poorly (measured: BM=128 BN=16 at 128x4096x7168 ran 1.4x slower than BN=32 on an H100).
-  // Writing the bf16 tile at the SM's share of DRAM bandwidth overlaps the next tile poorly: measured per-tile
-  // overheads on 4096x32768x512 (H100) were 1.24 us (BN=128) and 1.68 us (BN=160), close to this term.
-  const CallBytes bytes = call_bytes(p);
-  const bool writes_dominate = bytes.d >= bytes.b;
-  const double slab_factor =
-      writes_dominate && device::gemm_out_bytes(c.output) *
-                                 device::epilogue_slab_cols(uint32_t(c.block_n), device::gemm_out_bytes(c.output)) <
-                             64
-          ? kNarrowSlabStoreFactor
-          : 1.0;
-  const double tile_store_s =
-      slab_factor * output_bytes_per_element(p) * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
-  // Loaded a tile ahead, C's reads and D's writes run under the K loops; otherwise each tile's stores (or reductions
-  // into D, whose reads the L2 makes as it adds) follow its K loop.
-  const double tile_math_s = tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s;
-  const double d_transposed_factor =
-      device::gemm_d_transposed(c.output) && !d_fits_the_l2(p, hw) ? kDTransposedTileFactorBeyondL2 : 1.0;
-  const double tile_s = c.output == device::kOutF32AddCAhead ? std::max(tile_math_s, tile_store_s)
-                                                              : d_transposed_factor * (tile_math_s + tile_store_s);
-  c.tile_us = 1e6 * tile_s;
-  // The M-grouped kernels read B as one [G * N, K] tensor: an n-block that runs past N reads the next group's first
-  // rows too (TMA clips only at the tensor's end). Where the call is B's stream, that decides between tiles the model
-  // otherwise times alike: masked 32 groups of ~20 rows at 4096x4096 and 4096x2048 ran 141.0 and 76.3 us with 64x128
-  // tiles against 146.5 and 80.0 with 64x160 (the last n-block of each group 96 wide, 64 rows read past it; H200).
-  const bool b_groups_in_one_tensor = p.kind == GemmKind::kGroupedContiguous || p.kind == GemmKind::kGroupedMasked ||
-                                 p.kind == GemmKind::kGroupedContiguousPsum;
-  const double b_read = b_groups_in_one_tensor ? double(n_blocks * c.block_n) / double(p.n) : 1.0;
-  const double dram_bytes = bytes.a + bytes.b * b_read + bytes.d;
-  c.estimated_us = 1e6 * std::max(dram_bytes / hw.dram_bytes_per_s, double(c.num_waves) * tile_s) +
-                   (c.split_k > 1 ? kSplitKOverheadUs : 0.0);
-}
-
 }  // namespace
-
-std::string KernelConfig::describe() const {
-  std::ostringstream os;
-  os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages
-     << (split_k > 1 ? " split-K=" + std::to_string(split_k) : std::string())
-     << " sa="
-     << (sa_mode == device::kSaMnMajor       ? "mn"
-         : sa_mode == device::kSaMnMajorOnce ? "mn-once"
-         : sa_mode == device::kSaKMajorOnce  ? "k-once"
-         : sa_mode == device::kSaKMajorTma   ? "k"
-                                             : "k-gather")
-     << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
-     << (d_evict_first ? " D:evict-first" : "") << (d_prefetch_lead > 0 ? " D:L2-prefetch" : "")
-     << (wide_tail ? " wide-tail" : "")
-     << (pdl_prefetch_b_blocks > 0 ? " PDL:B-prefetch=" + std::to_string(pdl_prefetch_b_blocks) : std::string())
-     << (sb_mode == device::kSbRowMnMajor ? " sb=1x128" : "")
-     << (output == device::kOutF32       ? " out=fp32"
-         : output == device::kOutF32AddC   ? " out=fp32,C"
-         : output == device::kOutF32AddToD ? " out=fp32,+=D"
-         : output == device::kOutF32AddToDT ? " out=fp32,+=D on D^T's tiles"
-         : output == device::kOutBf16DT    ? " on D^T's tiles"
-         : output == device::kOutF32AddCAhead ? " out=fp32,C-ahead"
-                                           : "")
-     << " grid=" << grid
-     << " smem=" << smem_bytes << " tiles=" << num_tiles << " waves=" << num_waves;
-  return os.str();
-}
-
-std::string KernelConfig::kernel_function() const {
-  std::ostringstream os;
-  os << "finegemm::device::sm90_fp8_gemm_kernel<" << int(kind) << ", " << n << "u, " << k << "u, " << block_m << "u, "
-     << block_n << "u, " << num_stages << "u, " << sa_mode << "u, " << split_k << "u, "
-     << (wide_tail ? "true" : "false");
-  // B's scales and the output only where they differ from the defaults (the forward kernels' sources, and so their
-  // cache keys, stay as they were).
-  if (sb_mode != device::kSbBlock || output != device::kOutBf16) os << ", " << sb_mode << "u, " << output << "u";
-  os << ">";
-  return os.str();
-}
-
-ConfigConstraints parse_constraints(const std::string& text) {
-  ConfigConstraints c;
-  c.text = text;
-  constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead, saonce, dt";
-  std::istringstream fields(text);
-  for (std::string field; std::getline(fields, field, ',');) {
-    const size_t eq = field.find('=');
-    const std::string name = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
-    check_arg(eq != std::string::npos && !value.empty(), kWhere, "fields are name=value (", kFields, "), got '",
-              field, "'");
-    if (name == "l2b" || name == "l2d") {
-      check_arg(value == "first" || value == "normal", kWhere, name, " is first or normal, got '", value, "'");
-      (name == "l2b" ? c.b_evict_first : c.d_evict_first) = value == "first" ? 1 : 0;
-      continue;
-    }
-    if (name == "bpairs" || name == "cahead" || name == "dt") {
-      check_arg(value == "0" || value == "1", kWhere, name, " is 0 or 1, got '", value, "'");
-      (name == "bpairs" ? c.b_pairs : name == "cahead" ? c.c_ahead : c.d_transposed) = value == "1" ? 1 : 0;
-      continue;
-    }
-    if (name == "saonce") {
-      check_arg(value == "0", kWhere, "saonce is 0 (SA by a box per stage), got '", value, "'");
-      c.sa_once = 0;
-      continue;
-    }
-    int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages
-                : name == "split" ? &c.split_k : nullptr;
-    check_arg(target != nullptr, kWhere, "unknown field '", name, "' (", kFields, ")");
-    size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(value, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    check_arg(used == value.size() && v > 0, kWhere, name, " is a positive integer, got '", value, "'");
-    *target = v;
-  }
-  return c;
-}
 
 uint32_t sa_mode_per_stage_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
@@ -569,194 +310,21 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
   return out;
 }
 
-/// B's TMA loads carry the L2 evict-first hint when each B tile is read by at most kEvictFirstMaxRowBlocks tiles
-/// (row blocks per group), which the scheduler runs side by side (one raster band): B's lines then replace one
-/// another instead of lines other tiles or kernels still use (A, which every tile reads; a previous kernel's output,
-/// which costs a write-back to evict when dirty). Measured on an H100 after the bench's memset flush (kernel us,
-/// hint vs none): one row block 64x7168x16384 49.3 vs 53.5, 64x4096x7168 15.2 vs 17.0, 128x7168x16384 50.0 vs
-/// 55.1; two 128x2112x7168 (BM=64) 14.9 vs 15.5, masked 2x512x4096x7168 49.5 vs 51.9; three 384x7168x2048 13.9 vs
-/// 15.4; four masked 1x1024x7168x2048 31.0 vs 30.7; many 4096x32768x512 180.2 vs 134.8, contiguous
-/// 4x8192x4096x7168 1528.1 vs 1427.2.
-/// Beyond kEvictFirstMaxWaves waves the hint stays only on dense GEMMs with one row block, whose A every tile of the
-/// call reads: elsewhere it cost 2-30% in longer calls, even where each B tile is read once. Measured on an H100
-/// (kernel us, hint vs none, the same tiles): at most 2 waves 256x24576x1536 24.9 vs 26.7,
-/// 352x14336x4096 43.0 vs 46.0, masked 4x32x7168x2048 26.7 vs 30.1, 4x384x4096x7168 73.7 vs 75.7 (but 8x256x4096x7168
-/// 116.3 vs 110.7); more waves, 2-3 row blocks: 384x32768x512 23.1 vs 19.7, masked 8x256x7168x2048 79.9 vs 68.3,
-/// 16x384x7168x2048 225.9 vs 157.9; one row block per group, masked: 32x256x4096x7168 441.9 vs 414.0,
-/// 16x32x7168x2048 97.6 vs 94.9 (8x32x7168x2048 50.3 vs 52.3); dense: 32x65536x2048 52.0 vs 56.4, 64x49152x4096 76.9
-/// vs 80.2, 64x65536x7168 171.7 vs 171.4 (128x129280x7168 346.3 vs 335.0, 256x65536x2048 70.0 vs 68.2).
-/// Where B has one row block per group, the hint also needs a call of at most kEvictFirstMaxOneBlockFlops: in those
-/// runs every such call of 30 GFLOP or less gained from it (128x7168x16384, masked 4x128x4096x7168 52.6 vs
-/// 53.7, 4x256x7168x2048 34.9 vs 36.3, 8x64x4096x7168 91.0 vs 93.2, 128x65536x1536 47.9 vs 49.4) and every larger one
-/// lost or ran even (masked 4x192x4096x7168 (45 GFLOP) 58.9 vs 58.5, 4x256x4096x7168 60.8 vs 59.2, 8x128x4096x7168
-/// 99.6 vs 95.5, 8x256x4096x7168 116.3 vs 110.7; dense 128x129280x7168 and 256x65536x2048 above, 64x65536x7168 and
-/// 64x129280x7168 within 0.6%), whatever its intensity (FLOPs per byte of B) or length. Masked calls with 64-row
-/// tiles keep it in three waves too (us, hint vs none: 8x16x7168x2048 49.2 vs 51.8-52.0, 8x32x7168x2048
-/// 50.3-50.8 vs 52.1-52.4, 8x64x7168x2048 52.0-52.3 vs 52.7-53.1, 12x32x4096x7168 132.0-132.2 vs 132.3-132.4; in four
-/// waves it lost: 10x64x7168x2048 64.0 vs 63.6, 16x16x4096x7168 172.1 vs 170.0).
-constexpr int64_t kEvictFirstMaxRowBlocks = 3;
-constexpr int64_t kEvictFirstMaxWaves = 2;
-constexpr double kEvictFirstMaxOneBlockFlops = 36e9;
-
-bool takes_steady_ffma_pass(const KernelConfig& config) {
-  // ptxas has every other promotion FFMA yield its issue slot; in the 256-row kernels those runs issue faster without
-  // (H100, against no pass, alternating: 4096x7168x16384 637.5, 638.5 us / 650.8, 649.8, the other 256x128 seed
-  // shapes 0.8-1.1% and contiguous 4x8192x4096x7168 1.9% faster), and in the dense 128-row kernels with whole batches
-  // (on/off in three rounds: 1024x7168x2048 at 128x160 0.978-0.982, 128x128 and 128x112 0.994-1.001). Not
-  // elsewhere: 128x192 (half batches) 1.003-1.010, grouped 128x160 1.001-1.047 (masked 4x600x4096x7168 the most), the
-  // narrow K-depth kernels 0.998-1.003. On an H200 the masked 128-row kernels with whole batches gained from it too
-  // (CUDA events after a 256 MiB memset, median of 30, two rounds, without / with: 1006 rows 4096x7168 at 128x160
-  // 58.1, 58.1 / 54.7, 54.8 us, at 128x128 52.4, 52.5 / 51.3, 51.4; DeepGEMM's seed draws of 1 and 2 groups, the
-  // picked 128x160 tiles, 58.1, 58.0 / 54.7, 54.9 and 58.4, 58.3 / 55.6, 55.6).
-  // With 1x128 scales of B (the weight gradient: each column promoted by its own factor) only the 128x160 tiles gain
-  // (H200, `finegemm bench`, same binary, two rounds, us, with / without: 7168x4096x16384 925.8, 926.2 / 937.6, 938.2;
-  // 4096x4096x7168 242.1, 242.1 / 244.9, 244.9; 576x4096x7168 38.7, 38.7 / 39.1, 39.1; 7168x4096x2048 138.4, 138.2 /
-  // 138.9, 138.7; but 24576x4096x1536 346.4, 346.6 / 345.0, 344.6); the others lose: 128x144 at 2112x4096x7168 137.9,
-  // 138.1 / 135.7, 135.5; 128x96 at 32768x4096x512 310.4, 311.3 / 308.6, 308.3. The K-grouped kernels lose with it
-  // too (128x160, 4 experts 4096x7168: 1526.0, 1526.7 / 1428.5, 1428.6).
-  const bool gains_with_column_scales = config.sb_mode != device::kSbRowMnMajor || config.block_n == 160;
-  const bool whole_batches = (config.kind == GemmKind::kNormal || config.kind == GemmKind::kGroupedMasked) &&
-                             config.block_m == 128 && config.block_n > 64 && config.block_n < 192;
-  return config.block_m == 256 || (whole_batches && gains_with_column_scales);
-}
-
-namespace {
-/// Dense GEMMs launch the fewest CTAs that run the same number of waves: the critical path stays the same (each CTA
-/// still takes at most num_waves tiles) and the SMs that would only have run a shorter last round stay idle, out of
-/// the L2 traffic and the power budget of the others. DeepGEMM sizes its grid the same way. Measured on an H100, the
-/// same 256x128 kernels on 128 CTAs instead of 132: 4096x4096x7168 (512 tiles, 4 waves) 169.5 instead of 171.4 us,
-/// 4096x7168x2048 (896 tiles, 7 waves) 92.2 instead of 92.9.
-/// Grouped GEMMs keep every SM: their tile count is planned for the largest layout, and fewer rows at run time would
-/// run in more waves on fewer CTAs.
-int fewest_ctas_for_the_waves(const Problem& p, const KernelConfig& c) {
-  if (p.kind != GemmKind::kNormal || c.num_waves < 1) return c.grid;
-  const int64_t tiles_per_round = ceil_div(c.num_tiles, c.num_waves);
-  const int64_t ctas = ceil_div(tiles_per_round * c.split_k, int64_t(c.split_k)) * c.split_k;
-  return int(std::min<int64_t>(c.grid, ctas));
-}
-
-bool b_read_by_few_tiles(const Problem& p, const KernelConfig& c) {
-  switch (p.kind) {
-    case GemmKind::kNormal: return ceil_div(p.m, c.block_m) <= kEvictFirstMaxRowBlocks;
-    case GemmKind::kGroupedMasked: return ceil_div(p.m_max, c.block_m) <= kEvictFirstMaxRowBlocks;
-    case GemmKind::kGroupedContiguous:
-    case GemmKind::kGroupedContiguousPsum: return false;  // experts hold many row blocks each
-    case GemmKind::kGroupedK: return false;               // B_g is read by every row block of D[g]
-  }
-  return false;
-}
-
-bool b_evict_first_pays(const Problem& p, const KernelConfig& c) {
-  if (!b_read_by_few_tiles(p, c)) return false;
-  const bool dense = p.kind == GemmKind::kNormal;
-  const bool one_row_block = ceil_div(dense ? p.m : p.m_max, c.block_m) == 1;
-  if (!one_row_block) return c.num_waves <= kEvictFirstMaxWaves;
-  const double flops = 2.0 * double(tiled_groups(p)) * double(p.m) * double(p.n) * double(p.k);
-  const int64_t max_waves = kEvictFirstMaxWaves + (c.block_m == 64 ? 1 : 0);
-  return flops <= kEvictFirstMaxOneBlockFlops && (dense || c.num_waves <= max_waves);
-}
-
-/// B's issuer fills two stages per empty wait (device kernel's kBPairs) where the call is B's DRAM stream: B read by
-/// few tiles (b_read_by_few_tiles) and at most kBPairsMaxFlopsPerByte FLOPs per byte of A, B and D, in the kernels
-/// that have the code (device::gemm_may_pair_b_stages; elsewhere the kernel ignores the flag).
-/// Measured on an H100, us without / with pairs:
-/// 128x24576x1536 (219 FLOP/B) 20.4 -> 19.7-19.9, 64x7168x16384 (126) 49.3-49.4 -> 48.2-48.4, 256x32768x512 (255)
-/// 18.4-18.5 -> 17.1-17.2, 256x24576x1536 (381) 25.0-25.7 -> 24.5-24.7, 128x32768x512 (340) 12.2-12.4 -> 11.8-11.9
-/// in one call and 12.2 both ways in another, the other M <= 128 seed shapes unchanged; slower where the tensor work
-/// bounds the call: 384x7168x16384 (700 FLOP/B, one wave) 74.0-75.7 -> 79.0-79.7, and, with pairs in every kernel,
-/// 4096x2112x7168 91.3 -> 95.6 and 4096x24576x1536 242.4 -> 249.2 (our reading: there the second stage's wait holds
-/// back the first's load); 384x4096x7168 (638) 22.7-23.1 -> 22.4-22.9.
-/// The 64x32 decode tiles (split-K included) pair too. Measured on an H200 (`bench --chain`, 16 layers, PDL on, us
-/// per layer, two rounds, without -> with): 1x4096x7168 11.74, 11.82 -> 10.83, 10.81; 64x4096x7168 12.81, 12.81 ->
-/// 12.60, 12.64; 1x2112x7168 8.29, 8.27 -> 8.00, 8.02; 16x2112x7168 8.78, 8.79 -> 8.64, 8.69; plain calls after the
-/// bench's memset flush within 0.1 us at 2112x7168 and 0.1-0.2 us slower at 4096x7168 (M = 1-32, about 11.7 us). The
-/// 128x32 tiles (9-10 stages) lost with pairs: 128x2112x7168 11.48 -> 11.65, 128x4096x7168 15.04 -> 15.24 (chain).
-constexpr double kBPairsMaxFlopsPerByte = 500.0;
-
-/// Whether the kernel for `c` can pair B's stages (its kBPairs); FINEGEMM_FORCE_CONFIG=bpairs=1 pairs only these.
-bool b_pairs_allowed(const Problem& p, const KernelConfig& c) {
-  return device::gemm_may_pair_b_stages(static_cast<device::GemmKind>(p.kind), uint32_t(c.block_m),
-                                        uint32_t(c.block_n), uint32_t(c.split_k));
-}
-
-bool b_pairs_pay(const Problem& p, const KernelConfig& c) {
-  if (!b_pairs_allowed(p, c) || !b_read_by_few_tiles(p, c)) return false;
-  const double flops = 2.0 * double(p.m) * double(p.n) * double(p.k);
-  const double bytes = double(p.m) * double(p.k) + double(p.n) * double(p.k) + 2.0 * double(p.m) * double(p.n);
-  return flops <= kBPairsMaxFlopsPerByte * bytes;
-}
-
-/// D's TMA stores carry the L2 evict-first hint (GemmArgs::d_evict_first) where the output is larger than the L2 and
-/// at least kDEvictFirstMinWriteRatio times A's and B's bytes together: there D's stream, written once and never read,
-/// would otherwise push out the operand lines that later tiles read again. Measured on an H100
-/// (us, plain / hinted, two rounds):
-/// 4096x32768x512 (D 14x A+B) 129.1, 128.8 / 126.7, 126.7; no change at 7.5x and below (2048x32768x512 67.5, 67.6 /
-/// 67.7, 67.7; 4096x24576x1536 236.4, 235.7 / 235.3, 235.7; contiguous 4x8192x7168x2048 829.9, 832.7 / 829.9,
-/// 830.2; 1024x24576x1536 61.5, 61.6 / 61.9, 61.7). Where D fits the L2 the hint would write it back during the call
-/// instead of after it (64x7168x2048 9.1, 9.2 -> 9.9, 9.8 us). Not with C loaded a tile ahead, whose D tiles overwrite
-/// lines of C the L2 just read (C = D): on an H200, 32768x4096x512 ran 311.7, 312.4 us plain against 316.8, 317.8
-/// hinted (C's loads hinted too: 342.6, 344.1).
-constexpr double kDEvictFirstMinWriteRatio = 10.0;
-
-bool d_evict_first_pays(const Problem& p, const HardwareModel& hw) {
-  const CallBytes bytes = call_bytes(p);
-  return bytes.d > hw.l2_bytes && bytes.d >= kDEvictFirstMinWriteRatio * (bytes.a + bytes.b);
-}
-
-/// GEMMs that reduce into D (D += A x B^T, kOutF32AddToD: dense and K-grouped ones) prefetch D's tile into the L2 as
-/// A's issuer issues the tile's last K block (KernelConfig::d_prefetch_lead = 1), about a stage ring's K blocks before
-/// the epilogue reduces into it. Measured on an H200 (`finegemm bench`, C = D, two rounds, us, without -> with):
-/// 2112x4096x7168 140.5, 140.2 -> 138.2, 138.5; 576x4096x7168 39.4, 39.3 -> 38.3, 38.2; 24576x4096x1536 373.1, 373.1 ->
-/// 366.7, 366.3; 4096x4096x7168 252.8, 252.9 -> 250.1, 250.2; 7168x4096x2048 149.3, 150.1 -> 142.6, 143.0;
-/// 7168x4096x16384 947.9, 947.2 -> 951.0, 949.5 (the one slower). Six K blocks ahead instead gained less
-/// (2112x4096x7168 139.4, 7168x4096x2048 143.9, 143.7). At the tile's start (an earlier try) the dense shapes ran
-/// slower (2112x4096x7168 142.4 -> 145.8). The K-grouped kernel measured within -0.5% and +0.2% on its six cases with
-/// one shared output buffer (one round); with two of 64 columns (gemm_store_buffers; four of 32 since), with the last
-/// K block: 16 experts 4096x7168x2048 2056.3, 2054.6 -> 2013.6, 2015.4 us, 16 experts 7168x2048x2048 1071.1, 1071.4 ->
-/// 1053.2, 1052.8, 8 experts 4096x7168x4096 1646.6, 1648.6 -> 1621.9, 1623.2; at the tile's start 2041.7, 2038.7;
-/// 1062.6, 1063.5; 1652.5, 1651.8.
-///
-/// Under programmatic dependent launch, the kernels that may (device::gemm_may_prefetch_b_under_pdl: dense, bf16 out,
-/// at most 128 rows, at most 16 K blocks per CTA) prefetch the first kPdlPrefetchBytes of their tiles' B into the L2
-/// before they wait for the kernel before them (a quantizer, in a model), and let the next kernel launch from there.
-/// The L2 is where every kernel's writes land, so a prefetched line is never stale. Measured on an H200 (`bench
-/// --chain`, 16 layers of a quantizer and a GEMM, PDL on, us per layer, two rounds each, same run, without -> with):
-/// 1x32768x512 8.01, 8.05 -> 7.42, 7.44; 64x32768x512 9.95, 9.97 -> 8.82, 8.83; 128x32768x512 10.81, 10.80 -> 9.83,
-/// 9.72; 64x7168x2048 8.07, 8.05 -> 7.84, 7.83; 128x7168x2048 9.72, 9.67 -> 9.09, 8.96; 1x24576x1536 13.01, 13.05 ->
-/// 12.63, 12.67; 128x24576x1536 16.51, 16.53 -> 16.62, 16.63 (the one row slower). With more K blocks the early
-/// launch made the layer slower (64x4096x7168 12.71 -> 16.61, 64x2112x7168 9.31 -> 13.59, 7168x16384 1-3%); all of a
-/// CTA's B (up to 224 KiB) made the layers slower than 32 KiB (1x32768x512 8.77, 64x7168x2048 8.31).
-constexpr int64_t kPdlPrefetchBytes = 32 * 1024;
-
-/// Decode calls only: measured where the tiles take one or two waves (larger M untried).
-constexpr int64_t kPdlPrefetchMaxWaves = 2;
-
-int pdl_prefetch_b_blocks_for(const Problem& p, const KernelConfig& c) {
-  const auto k_blocks_per_cta = uint32_t(ceil_div(p.k, device::kBlockK) / c.split_k);
-  if (!device::gemm_may_prefetch_b_under_pdl(static_cast<device::GemmKind>(p.kind), uint32_t(c.block_m), c.output,
-                                              k_blocks_per_cta) ||
-      c.num_waves > kPdlPrefetchMaxWaves)
-    return 0;
-  return int(std::max<int64_t>(1, kPdlPrefetchBytes / (int64_t(c.block_n) * device::kBlockK)));
-}
-
-}  // namespace
 
 namespace {
 /// Weight gradients run on D^T's tiles (kOutF32AddToDT) where the kernel's tiles then cover fewer rounds of the SMs, as
-/// the model times them (kDTransposedTileFactorBeyondL2 where D outgrows the L2). Measured on an H200 (`finegemm
-/// bench`, C = D, the same binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two rounds,
-/// us): 576x4096x7168 38.2, 38.6 -> 35.0, 35.6 (128x160 over 130 tiles -> 128x144 over 128); 2112x1024x7168 37.1,
-/// 37.1 -> 34.9, 34.2; 2112x1024x640 8.4, 8.5 -> 8.0, 8.0; 304x7168x7168 49.9, 49.7 -> 39.6, 40.0; 304x7168x640 9.8,
-/// 9.9 -> 9.1, 9.0; 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where D outgrows the L2 (128x160 in 12 and 7 rounds -> 128x176
-/// in 10 and 6): 7168x4096x16384 938.1, 935.1 -> 892.3, 891.4; 7168x4096x2048 139.1, 139.0 -> 136.4, 136.6;
-/// 4096x4096x7168 243.8, 243.1 -> 236.6, 236.0. Where the model times them alike, D^T's tiles measured faster where
-/// the call's M is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row
-/// block of 64 rows) and slower where it is (4096x4096x7168 on 128x160 either way 243.1, 243.0 -> 254.5, 254.0).
-/// bf16 D without C (kOutBf16DT) follows the same rules; through the Python binding, CUDA events after a 256 MiB
-/// memset, us, dt=0 -> the pick: 576x4096x7168 42.9, 44.2 -> 38.0, 37.8; 2112x4096x7168 130.4, 130.9 -> 117.9, 118.0;
-/// 4096x4096x7168 257.8, 260.5 -> 225.5, 225.7; 7168x4096x2048 135.3, 135.7 -> 125.7, 126.0; 7168x4096x16384 975.5,
-/// 1015.9 -> 848.7, 870.6.
+/// the model times them (time_model.cpp: kDTransposedTileFactorBeyondL2 where D outgrows the L2). Measured on an H200
+/// (`finegemm bench`, C = D, the same binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two
+/// rounds, us): 576x4096x7168 38.2, 38.6 -> 35.0, 35.6 (128x160 over 130 tiles -> 128x144 over 128); 2112x1024x7168
+/// 37.1, 37.1 -> 34.9, 34.2; 2112x1024x640 8.4, 8.5 -> 8.0, 8.0; 304x7168x7168 49.9, 49.7 -> 39.6, 40.0; 304x7168x640
+/// 9.8, 9.9 -> 9.1, 9.0; 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where D outgrows the L2 (128x160 in 12 and 7 rounds ->
+/// 128x176 in 10 and 6): 7168x4096x16384 938.1, 935.1 -> 892.3, 891.4; 7168x4096x2048 139.1, 139.0 -> 136.4, 136.6;
+/// 4096x4096x7168 243.8, 243.1 -> 236.6, 236.0. Where the model times them alike, D^T's tiles measured faster where the
+/// call's M is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row block of
+/// 64 rows) and slower where it is (4096x4096x7168 on 128x160 either way 243.1, 243.0 -> 254.5, 254.0). bf16 D without
+/// C (kOutBf16DT) follows the same rules; through the Python binding, CUDA events after a 256 MiB memset, us, dt=0 ->
+/// the pick: 576x4096x7168 42.9, 44.2 -> 38.0, 37.8; 2112x4096x7168 130.4, 130.9 -> 117.9, 118.0; 4096x4096x7168 257.8,
+/// 260.5 -> 225.5, 225.7; 7168x4096x2048 135.3, 135.7 -> 125.7, 126.0; 7168x4096x16384 975.5, 1015.9 -> 848.7, 870.6.
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
 }  // namespace
 
@@ -791,18 +359,7 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
                                   " (which rejects every other candidate: unset it or name a configuration that fits "
                                   "this shape)");
   KernelConfig chosen = *best;
-  // The kernel's problem from here on (M and N swapped on D^T's tiles).
-  const Problem kp = kernel_problem(p, chosen);
-  chosen.b_evict_first =
-      constraints.b_evict_first >= 0 ? constraints.b_evict_first == 1 : b_evict_first_pays(kp, chosen);
-  chosen.grid = fewest_ctas_for_the_waves(kp, chosen);
-  chosen.d_evict_first = constraints.d_evict_first >= 0 ? constraints.d_evict_first == 1
-                                                        : chosen.output != device::kOutF32AddCAhead &&
-                                                              d_evict_first_pays(kp, hw);
-  chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(kp, chosen)
-                                            : b_pairs_pay(kp, chosen);
-  chosen.pdl_prefetch_b_blocks = pdl_prefetch_b_blocks_for(kp, chosen);
-  chosen.d_prefetch_lead = device::gemm_reduces_into_d(chosen.output) ? 1 : 0;
+  set_launch_options(chosen, kernel_problem(p, chosen), constraints, hw);
   return chosen;
 }
 

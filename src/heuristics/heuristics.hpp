@@ -105,12 +105,12 @@ bool may_transpose_d(const Problem& problem);
 Problem kernel_problem(const Problem& problem, const KernelConfig& config);
 
 /// Every candidate for `problem` with the filter verdicts (for tests and `FINEGEMM_PRINT_CONFIGS`).
-std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms, const ConfigConstraints& constraints = {},
-                                            const HardwareModel& hw = {});
+std::vector<Candidate> enumerate_candidates(const Problem& problem, int num_sms,
+                                            const ConfigConstraints& constraints = {}, const HardwareModel& hw = {});
 
 /// Whether a kernel of `config` takes the steady FFMA pass (src/sass) after compiling: the promotion FFMAs issued
 /// without yielding, for 256-row tiles and dense 128-row tiles with whole batches (BLOCK_N 72-184), measured faster
-/// or the same there and slower on 128x192 and grouped 128-row tiles (heuristics.cpp).
+/// or the same there and slower on 128x192 and grouped 128-row tiles (kernel_options.cpp).
 bool takes_steady_ffma_pass(const KernelConfig& config);
 
 /// The chosen configuration. Throws Error(kUnsupported) when no candidate survives.

@@ -72,7 +72,7 @@ enum GemmOutput : uint32_t {
   kOutF32AddCAhead = 4,
   /// D += (A x B^T)^T, fp32 (C is D): the kernel runs a weight gradient on the tile grid of D^T, its A and B the
   /// call's B and A (both with 1x128 scales along K), and reduces each tile into D transposed by TMA. Chosen where
-  /// D^T's tiles take fewer rounds of the SMs than D's, as the time model counts them (heuristics.cpp); dense 128-row
+  /// D^T's tiles take fewer rounds of the SMs than D's, as the time model counts them (time_model.cpp); dense 128-row
   /// tiles, the kernel's rows a multiple of 128 (every tile whole, no row-checked path).
   kOutF32AddToDT = 5,
   /// D = (A x B^T)^T, bf16: the same GEMM on D^T's tile grid without C, each tile stored into D transposed by TMA

@@ -1,0 +1,34 @@
+// The time model: how long a kernel configuration runs a problem (score), and the sizes of a problem it counts.
+// Internal to the heuristic (heuristics.cpp enumerates and filters the candidates, score() times each).
+#pragma once
+
+#include <cstdint>
+
+#include "heuristics/heuristics.hpp"
+
+namespace finegemm::heuristics {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Rows per group the tiles are counted over.
+inline int64_t rows_for_tiles(const Problem& p) { return p.m; }
+
+/// Groups whose tiles the kernel walks one after another (masked and psum: every group, p.m rows each; dense and
+/// contiguous: one 2D view of p.m rows).
+int tiled_groups(const Problem& p);
+
+/// The kernel output (device::GemmOutput) of a problem.
+uint32_t output_of(const Problem& p);
+
+/// Bytes a call moves at least: A and SA's rows once (the rows the tiles cover), B once per group it reads, D once
+/// (and C once).
+struct CallBytes {
+  double a = 0, b = 0, d = 0;
+};
+CallBytes call_bytes(const Problem& p);
+
+/// Fills the model outputs of `c` (num_tiles, num_waves, tile_us, estimated_us, and wide_tail where a dense GEMM's
+/// last row block runs as wide tiles) for `p` as the kernel computes it.
+void score(KernelConfig& c, const Problem& p, const HardwareModel& hw);
+
+}  // namespace finegemm::heuristics
