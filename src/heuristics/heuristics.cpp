@@ -15,62 +15,30 @@ namespace {
 
 constexpr int kMaxStages = 32;
 constexpr int kMinStages = 3;
-// Kernels that load C a tile ahead (kOutF32AddCAhead) keep two fp32 tiles in shared memory, which leaves room for
-// fewer stages; they need four. Measured on an H200 at 32768x4096x512 (C = D, D's stores evict-first, us, two
-// rounds): 128x96 with 4 stages 316.8, 317.8; with 3 stages 353.8, 353.3; 128x80 (5 stages) 338.7, 338.8; 128x112 (3)
-// 346.0, 346.3; 128x64 (6) 344.0; 128x128 (2) 353.5, 355.1; 128x144 (2) 355.9.
+// Kernels that load C a tile ahead (kOutF32AddCAhead) keep two fp32 tiles in shared memory beside the stages
+// and need four of them (docs/heuristics.md, "C loaded a tile ahead").
 constexpr int kMinStagesCAhead = 4;
-// C loaded a tile ahead pays only where C's and D's bytes at the copy bandwidth outweigh the tensor work at its peak
-// this many times: there C's reads and D's writes, which the other outputs wait for at each tile's end, run under
-// the K loops instead. Where the math weighs more, the narrower tiles that leave room for two fp32 tiles cost more
-// than that saves. Measured on an H200, C = D, against D reduced into by TMA (us, same run): 32768x4096x512 (ratio
-// 5.2) 311.7, 312.4 against 446.7, 447.2; 16384x7168x256 (10.3) 271.3 against 453.7; 32768x2048x512 162.4 against
-// 215.3; 4096x4096x512 (128x64 tiles) 48.1 against 58.6; 8192x4096x768 (3.4) 104.9 against 116.7; 8192x4096x1024
-// (2.6, not taken) 121.4 (128x96) against 122.7; 24576x4096x1536 (1.7) 445.3 against 369.4; 7168x4096x2048 (1.3)
-// 170.4 against 148.7; 4096x4096x7168 276.7 against 249.2; 7168x4096x16384 1035.1 against 944.2. Where C and D fit
-// the L2 it gains nothing: 576x4096x512 11.50 against 11.49, 129x320x576 3.17 against 3.09.
+// C loaded a tile ahead pays where C's and D's bytes at the copy bandwidth outweigh the tensor work at its peak
+// this many times: their reads and writes then run under the K loops (docs/heuristics.md, "C loaded a tile ahead").
 constexpr double kCAheadMinBytesOverMath = 3.0;
 constexpr int kMinBlockN = 16;  // wgmma takes N = 8 too, but an 8-column tile reads all of A for 8 columns
-// BLOCK_N steps by 16: the epilogue's stmatrix x4 covers 16 columns. (Odd multiples of 8, which fill more SMs on some
-// shapes, measured slower than the multiples of 16 on an H100, even where they filled more SMs; on an H200 the weight
-// gradient's 128x136 and 128x152 tiles, DeepGEMM's picks there, ran 6-10% slower than 128x144 and 128x160 with their
-// fp32 tiles stored in unswizzled halves, though their wgmmas alone run at full rate: docs/performance.md, "What was
-// tried".)
+// BLOCK_N steps by 16, the columns of the epilogue's stmatrix x4; odd multiples of 8 measured slower
+// (docs/heuristics.md, "BLOCK_N in steps of 16").
 constexpr int kBlockNStep = 16;
-// Below 12 K blocks BLOCK_M=256 loses to BLOCK_M=128 on an H100: 146.0-146.5 vs 130.1-130.9 us at 4096x32768x512.
-// At K=1536 (the K loop with one copy per wave count) it ran 24576x1536 at M 512-8192 0-2% faster than 128x192
-// (4096: 237.7-238.3 vs 241.0-241.3 us) and, against the picks it replaced at N=7168, M=400, 2200 2-4% faster,
-// M=1500 as fast, M=4000 1.1% slower (71.6-71.7 vs 70.9 with 128x160).
+// BLOCK_M=256 only from 12 K blocks on: with fewer, its 3-stage refill and 256-row epilogue cost more than it saves
+// (docs/heuristics.md, "256-row tiles").
 constexpr int64_t kBlockM256MinK = 1536;
-// Except where one 256-row block holds every row and K is short: 192x32768x512 and 256x32768x512 ran 14.4 and 15.6 us
-// with BLOCK_M=256 against 15.9-16.1 and 16.9-17.0 with 128-row tiles (H100; the time model then picks it); at
-// K=1536 it lost there too (192x24576x1536 25.4 against 24.0).
+// Except where one 256-row block holds every row and K is at most 512.
 constexpr int64_t kBlockM256OneBlockMaxK = 512;
-// The contiguous layout at K=2048, BLOCK_M=256 BN=128 against BLOCK_M=128 BN=192 on an H100 (TFLOPS), with a block
-// holding two experts run as wide tiles: 1228 vs 1255 (G=4) and 1200 vs 1224 (G=8), and with equal experts (no such
-// block) 1243 vs 1270 and 1242 vs 1263. At K=7168 it wins (1284 vs 1217 at G=4). On an H200 (DeepGEMM's contiguous
-// cases, experts of 0.7-1.3x 8192 and 4096 rows, kernel us, 128x192 -> 256x128, same run): 7168x3072 1052, 1056 ->
-// 1040 (G=4), 1134, 1138 -> 1122 (G=8); 4096x2048 409.7, 410.3 -> 410.0 and 411.0, 411.2 -> 411.3.
+// The contiguous layout takes 256-row tiles only from K = 3072 on (no faster at K = 2048).
 constexpr int64_t kBlockM256MinKContiguous = 3072;
-// The masked and psum layouts where a group spans several 256-row blocks at K < 4096: measured on an H200 with
-// DeepGEMM's cases (kernel us; groups of 0.7-1.3x the rows named), 6 groups of ~1024 rows, masked 7168x3072 201.4
-// at 256x128 against 187.2 at 128x192 (the same tokens as psum), 4096x2048 102.9 against 101.1; but psum groups of
-// ~8192 and ~4096 rows ran faster at 256x128 (128x192 -> 256x128, same run): 7168x3072 1060, 1063 -> 1014 (G=4),
-// 1147, 1150 -> 1093 (G=8); 4096x2048 409.0, 409.5 -> 389.3 and 410.2, 410.6 -> 390.7. Groups of more than
-// kBlockM256ShortKMaxGroupRows rows (the expected count) keep the 256-row tiles, as do groups of at most 256 rows
-// (one tile per group and n-block: 32 groups of ~192 rows, psum 7168x3072 293.6 at 256x128 against 304.6 at
-// 128x192, 4096x2048 120.5 against 125.4). Between ~1200 and ~4900 expected rows the limit is not measured.
+// Masked and psum groups of 257-2048 expected rows take 256-row tiles only from K = 4096 on (128x192 measured
+// faster below); groups of at most 256 or more than 2048 rows are not bound by this rule.
 constexpr int64_t kBlockM256MinKMaskedPsum = 4096;
 constexpr int64_t kBlockM256MaxGroupRowsAnyK = 256;
 constexpr int64_t kBlockM256ShortKMaxGroupRows = 2048;
-// Split-K measured faster only at this K and above (the runs: kSplitKOverheadUs, time_model.cpp).
+// Split-K measured faster only from this K on (docs/heuristics.md, "Split-K").
 constexpr int64_t kSplitKMinK = 7168;
-// On an H200 (kernel us, after the memset flush, two rounds) split-K also wins where the unsplit tiles fill the SMs in
-// one wave, and with 128-row tiles 32 wide: 64x2112x7168 9.2, 9.2 (64x32 split) against 10.2, 10.1 (132 unsplit 64x16
-// tiles); 128x2112x7168 10.3, 10.2 (128x32 split) against 10.8, 10.8 (132 unsplit 64x32 tiles). Wider split tiles lost
-// there (64x64 9.6, 128x64 12.9, 64x96 10.9, 64x128 11.5; 64x4096x7168 with 64x64 13.2 against 11.8 unsplit), and so
-// did clusters of 4 CTAs over a quarter of K each (64x2112x7168: 64x80 10.3, 64x64 12.1 with only 30 such clusters
-// resident at once).
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
@@ -97,11 +65,8 @@ int max_block_n_sb_per_row(int block_m, uint32_t output) {
 
 uint32_t sa_mode_per_stage_for(const Problem& p) {
   if (!p.sa_k_major) return device::kSaMnMajor;
-  // Measured on an H100 (gather -> TMA boxes, us): faster with many rows and long
-  // K (4096x7168x16384 795.6 -> 721.2, 4096x4096x7168 201.8 -> 180.8, 4096x2112x7168 109.8 -> 99.0, contiguous
-  // 4x8192x4096x7168 1331.2 -> 1198.5, masked 1x1024x4096x7168 53.4 -> 47.4), slower at KB <= 16 (4096x24576x1536
-  // 258.5 -> 305.0, 4096x7168x2048 107.0 -> 120.4, contiguous 8x4096x7168x2048 836.8 -> 1084.6) and at small M
-  // (128x4096x7168 19.9 -> 21.6, 64x7168x2048 9.2 -> 11.6).
+  // TMA boxes measured faster with many rows and long K, slower at KB <= 16 and at small M
+  // (docs/heuristics.md, "K-major scales: TMA boxes or gathered").
   const int64_t kb = ceil_div(p.k, 128);
   return kb % 4 == 0 && kb >= kSaTmaMinKBlocks && p.m >= kSaTmaMinRows ? device::kSaKMajorTma
                                                                        : device::kSaKMajorGather;
@@ -262,12 +227,8 @@ void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, 
               --stages;
             const int64_t k_blocks = ceil_div(p.k, 128);
             // More stages than K blocks of two tiles buy nothing. Dense 64-row tiles over more than one round stage
-            // at most one tile's K blocks: deeper, the next tile's loads go out beside this tile's and its math and
-            // stores wait for both. Measured on an H200 (`finegemm bench`, two rounds, us; `bench --chain`, PDL on,
-            // us per layer), 8 stages -> 4 at 32768x512: M = 1 8.5, 8.5 -> 8.0, 8.0 (chain 7.33, 7.39 -> 7.21,
-            // 7.21); M = 16 8.5, 8.6 -> 8.0, 8.0 (7.82, 7.83 -> 7.82, 7.82); M = 64 8.8, 8.8 -> 8.5, 8.4 (8.79,
-            // 8.79 -> 8.69, 8.70). 128-row tiles lost (M = 128, 5 stages -> 4: 9.6, 9.5 -> 9.7, 9.6; chain 9.75,
-            // 9.76 -> 9.88, 9.84), and longer K with fewer stages much more (M = 1, 4096x7168: 18 -> 7, 11.6 -> 16.4).
+            // at most one tile's K blocks: deeper, the next tile's loads go out beside this tile's, and its math and
+            // stores wait for both (docs/heuristics.md, "Pipeline stages").
             const bool one_tile_of_k =
                 p.kind == GemmKind::kNormal && block_m == 64 && m_blocks * n_blocks * split > c.grid;
             stages = int(std::min<int64_t>(
@@ -312,19 +273,9 @@ std::vector<Candidate> enumerate_candidates(const Problem& p, int num_sms, const
 
 
 namespace {
-/// Weight gradients run on D^T's tiles (kOutF32AddToDT) where the kernel's tiles then cover fewer rounds of the SMs, as
-/// the model times them (time_model.cpp: kDTransposedTileFactorBeyondL2 where D outgrows the L2). Measured on an H200
-/// (`finegemm bench`, C = D, the same binary forced to D's tiles and to D^T's, FINEGEMM_FORCE_CONFIG=dt=0 / dt=1, two
-/// rounds, us): 576x4096x7168 38.2, 38.6 -> 35.0, 35.6 (128x160 over 130 tiles -> 128x144 over 128); 2112x1024x7168
-/// 37.1, 37.1 -> 34.9, 34.2; 2112x1024x640 8.4, 8.5 -> 8.0, 8.0; 304x7168x7168 49.9, 49.7 -> 39.6, 40.0; 304x7168x640
-/// 9.8, 9.9 -> 9.1, 9.0; 576x4096x640 9.2, 9.3 -> 9.3, 9.2. Where D outgrows the L2 (128x160 in 12 and 7 rounds ->
-/// 128x176 in 10 and 6): 7168x4096x16384 938.1, 935.1 -> 892.3, 891.4; 7168x4096x2048 139.1, 139.0 -> 136.4, 136.6;
-/// 4096x4096x7168 243.8, 243.1 -> 236.6, 236.0. Where the model times them alike, D^T's tiles measured faster where the
-/// call's M is not a multiple of 128 (2112x4096x7168 135.0, 135.6 -> 130.4, 130.5: D's own tiles end in a row block of
-/// 64 rows) and slower where it is (4096x4096x7168 on 128x160 either way 243.1, 243.0 -> 254.5, 254.0). bf16 D without
-/// C (kOutBf16DT) follows the same rules; through the Python binding, CUDA events after a 256 MiB memset, us, dt=0 ->
-/// the pick: 576x4096x7168 42.9, 44.2 -> 38.0, 37.8; 2112x4096x7168 130.4, 130.9 -> 117.9, 118.0; 4096x4096x7168 257.8,
-/// 260.5 -> 225.5, 225.7; 7168x4096x2048 135.3, 135.7 -> 125.7, 126.0; 7168x4096x16384 975.5, 1015.9 -> 848.7, 870.6.
+/// Weight gradients (and bf16 D with 1x128 scales on both operands) run on D^T's tiles where the model gives
+/// them fewer rounds of the SMs; where it times both alike, D^T's tiles measured faster where the call's M is not a
+/// multiple of 128, and slower where it is (docs/heuristics.md, "D^T's tiles").
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
 }  // namespace
 

@@ -13,46 +13,23 @@ constexpr double kMathCriticalCycles = 300.0;
 // The same with 1x128 scales on both operands (the weight gradient), whose promotion scales each column by its own
 // factor: fitted to H200 runs of 4096x4096x7168, where 128x160 tiles (7 rounds) ran faster than 128x128 (8 rounds).
 constexpr double kMathCriticalCyclesSbPerRow = 384.0;
-// Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to BLOCK_M=128:
-// the per-K-block work (barrier waits, scales, turns, stage bookkeeping) is shared by two waves and the tile loads
-// 17% fewer bytes per FLOP. Measured on an H100: 180.2 vs 199.9 us at 4096x4096x7168 (BN=128, same wave count,
-// 0.90) and 723.0 vs 775.2 us at 4096x7168x16384 (against BN=160, 0.915 per FLOP).
+// Cycles per FLOP of a BLOCK_M=256 tile (two 64-row waves per math warpgroup, BLOCK_N=128) relative to
+// BLOCK_M=128: the per-K-block work is shared by two waves and the tile loads 17% fewer bytes per FLOP
+// (docs/heuristics.md, "256-row tiles in the time model").
 constexpr double kBlockM256CycleFactor = 0.91;
-// Dense GEMMs whose 256x128 tiles run in few waves, or at K <= 2048, take 0.95 instead. Timed on an H100 with
-// 256x128, 128x192, 128x160 and 128x128 tiles over M 512..3072 and six (N, K) pairs, the 0.91 pick was
-// up to 9.8% slower than the fastest of them (1024x7168x2048 29.0 against 26.4 us with 128x160). Where 0.95 then
-// moves a shape to 128-row tiles it ran faster on 15 of 16 checked (two rounds each, us: 2048x7168x16384 372.4-373.7
-// -> 361.9-363.1, 1024x7168x2048 28.5 -> 26.1, 6400x2112x7168 164.2-164.5 -> 147.8-148.4, 3200x7168x2048 78.5-78.9
-// -> 73.7-73.9) and 0.9% slower on one (1600x4096x7168, BN=144). Where the 256x128 tiles run in more waves at longer
-// K, 0.95 lost 2-13% (10688x4096x7168 456.1-456.2 -> 514.8-515.0, 5504x11008x4096 362.8-363.7 -> 381.6-383.5): over
-// many rounds of tiles the 256-row tile's fewer operand reads per FLOP count for more than the model shows. Grouped
-// GEMMs keep 0.91: with 0.95 masked 4x256x7168x2048 moved to 128x160 tiles and ran 44.0 against 35.1 us.
+// Dense GEMMs whose 256x128 tiles run in few waves, or at K <= 2048, take 0.95 instead: with 0.91 they were
+// picked where 128-row tiles ran faster (docs/heuristics.md, "256-row tiles in the time model").
 constexpr double kBlockM256CycleFactorFewWaves = 0.95;
 constexpr int64_t kBlockM256FewWaves = 4;
 constexpr int64_t kBlockM256ShortK = 2048;
-// The epilogue's TMA stores write slabs of epilogue_slab_cols(BLOCK_N) columns; at BLOCK_N 112 and 144 (32-byte
-// swizzle) a slab row is 32 bytes of D, and storing a tile costs more than its bytes at the SM's share of DRAM
-// bandwidth: at 512x32768x512 (D twice B's bytes, 4 K blocks a tile) BLOCK_N=144 ran 27.5-27.6 us against 23.2 for
-// BLOCK_N=128 and 23.6 for 192 (H100), 3.9 against 2.9 us per tile where the
-// model's store term alone separated them by 0.2. Fitted to that: slabs with rows under 64 bytes cost this much more
-// where D has at least B's bytes (dense: 2 M >= K; the call is the output's writes). Where B dominates it did not show:
-// 192x7168x2048 and 256x7168x2048 ran 10.8 and 11.0 us with BLOCK_N=112 (128 tiles) against 11.5 and 11.4 with 128.
+// Slabs with rows under 64 bytes (BLOCK_N 112 and 144 of bf16 D: a 32-byte swizzle) cost this much more than
+// their bytes to store where D has at least B's bytes (docs/heuristics.md, "Narrow epilogue slabs").
 constexpr double kNarrowSlabStoreFactor = 1.43;
-// Split-K (two CTAs of a cluster, each over half of K) against unsplit tiles, measured on an H100 (kernel us): 64x32
-// split tiles won where the unsplit ones were 16 columns wide (64x2112x7168 12.2 vs 13.3, 1x2112x7168 16.7 vs
-// 18.8, 129x576x7168 11.2 vs 12.8) and lost with 64-column or 128-row ones (64x4096x7168 BN=64 19.0 vs 16.9,
-// 128x4096x7168 21.2 vs 19.0, 100x2112x7168 BM=128 14.8 vs 14.5). Its fixed cost (a clustered launch, the
-// partial-sum exchange) is charged as:
+// Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").
 constexpr double kSplitKOverheadUs = 1.0;
 
-/// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round of
-/// tiles. Measured on an H100 (us, without / with wide tails, two rounds): 4160x7168x16384 756.8, 756.4 / 694.9, 695.3;
-/// 4100x4096x7168 (128x128 before) 198.5, 200.5 / 172.4, 173.2; 6200x4096x7168 (128x160 before) 301.8, 304.7 / 257.1,
-/// 257.0; 1100x7168x16384 (128x192 before) 209.7, 209.6 / 194.2, 194.3; 4224x7168x2048 (128x192 before) 97.8, 97.4 /
-/// 94.7, 94.7; 4157x1000x4096 (128x128 before) 29.0, 29.0 / 29.3, 29.2. A first version had the wide path in every
-/// 256x128 kernel and no K limit: the unchanged shapes ran 0.4-0.6% slower (4096x7168x16384 643.1, 643.9 / 647.4,
-/// 647.8), 8300x7168x2048 (no round saved) 0.5% slower, and at K=1536 4160x24576x1536 took 256x128 tiles over 128x192
-/// ones, 247.8, 248.4 against 237.9, 237.2.
+/// Dense 256x128 tiles take the wide-tail kernel (KernelConfig::wide_tail) from this K on, where it saves a round
+/// of tiles; without that limit the shapes it did not change ran slower (docs/heuristics.md, "Wide tails").
 constexpr int64_t kWideTailMinK = 2048;
 
 /// Whether the kernel of `c` may run a last row block of at most 128 rows as wide tiles (device::gemm_wide_tail): a
@@ -74,13 +51,8 @@ bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
   return double(p.m) * double(p.n) * double(device::gemm_out_bytes(output_of(p))) <= hw.l2_bytes;
 }
 
-/// Where D outgrows the L2, a tile on D^T's grid takes this much longer than one of the same size on D's own grid:
-/// its transposed reductions into D cost it more there. Measured on an H200 (`finegemm bench`, C = D, 128x160 tiles
-/// on a grid of 1440 in 11 rounds either way, two rounds, us): 7168x4096x16384 on D^T's tiles 950.4, 950.9 against
-/// 898.4, 897.0 for a 4096x7168x16384 call on D's own (5.9%; on another machine 923.2, 922.4 against 875.7, 876.4,
-/// 5.4%); at 128x176 (7168x4096x16384 in 10 rounds, 1312 tiles, against 4096x7168x16384 on D's own 128x160 in 11)
-/// 903.4, 902.6 against 898.4, 897.0, about what its 10% more columns per tile cost. At 2112x4096x7168 (D of 35 MB)
-/// the two ran alike (128x176: 123.6, 124.0 against 124.0, 123.8 us).
+/// Where D outgrows the L2, a tile on D^T's grid takes this much longer than one of the same size on D's own
+/// grid: its transposed reductions into D cost it more there (docs/heuristics.md, "D^T's tiles").
 constexpr double kDTransposedTileFactorBeyondL2 = 1.06;
 
 }  // namespace
