@@ -1,10 +1,11 @@
 // KernelConfig in words (describe: the line `finegemm plan` and FINEGEMM_PRINT_CONFIGS print; kernel_function: the
 // template instantiation the JIT compiles) and the parser of FINEGEMM_FORCE_CONFIG's constraints.
+#include "heuristics/heuristics.hpp"
+
 #include <sstream>
 
 #include "common/error.hpp"
 #include "finegemm/device/common/gemm_layout.cuh"
-#include "heuristics/heuristics.hpp"
 
 namespace finegemm::heuristics {
 
