@@ -277,6 +277,15 @@ namespace {
 /// them fewer rounds of the SMs; where it times both alike, D^T's tiles measured faster where the call's M is not a
 /// multiple of 128, and slower where it is (docs/heuristics.md, "D^T's tiles").
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
+
+/// Dense bf16 GEMMs with 128x128 SB and K up to this: where the model times tiles alike, the one whose stage ring
+/// holds its whole K measured faster (128x128 with 5 stages against 128x192 with 4 at 2048 and 4096 x 7168 x 576:
+/// docs/heuristics.md, "Short K").
+constexpr int64_t kWholeKInStagesMaxK = 576;
+bool whole_k_in_stages(const Problem& p, const KernelConfig& c) {
+  return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && p.k <= kWholeKInStagesMaxK &&
+         c.num_stages >= ceil_div(p.k, int64_t(device::kBlockK));
+}
 }  // namespace
 
 KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraints& constraints,
@@ -291,14 +300,15 @@ KernelConfig select_config(const Problem& p, int num_sms, const ConfigConstraint
       continue;
     }
     // Lower modeled time (1% tolerance), then the tile grid without a partial row block (d_transposed_breaks_tie),
-    // then fewer waves, then larger BLOCK_M, then no split-K, then smaller BLOCK_N.
+    // then at short K the whole K in the stage ring (whole_k_in_stages), then fewer waves, then larger BLOCK_M, then
+    // no split-K, then smaller BLOCK_N.
     const double tolerance = 0.01 * best->estimated_us;
     if (c.estimated_us < best->estimated_us - tolerance) {
       best = &c;
     } else if (std::abs(c.estimated_us - best->estimated_us) <= tolerance) {
       const auto rank = [&](const KernelConfig& x) {
-        return std::make_tuple(device::gemm_d_transposed(x.output) == d_transposed_breaks_tie(p), -x.num_waves,
-                               x.block_m, -x.split_k, -x.block_n);
+        return std::make_tuple(device::gemm_d_transposed(x.output) == d_transposed_breaks_tie(p),
+                               whole_k_in_stages(p, x), -x.num_waves, x.block_m, -x.split_k, -x.block_n);
       };
       if (rank(c) > rank(*best)) best = &c;
     }

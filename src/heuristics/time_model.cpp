@@ -25,6 +25,12 @@ constexpr int64_t kBlockM256ShortK = 2048;
 // Slabs with rows under 64 bytes (BLOCK_N 112 and 144 of bf16 D: a 32-byte swizzle) cost this much more than
 // their bytes to store where D has at least B's bytes (docs/heuristics.md, "Narrow epilogue slabs").
 constexpr double kNarrowSlabStoreFactor = 1.43;
+// Dense bf16 calls with 128x128 SB and K <= 576 over at least 8 rounds: tiles whose epilogue slabs have
+// 64-byte rows (BLOCK_N 96, 160, 224) store this much slower than their bytes where D has at least B's bytes; 128x160
+// ran 4-13% slower than 128x128 or 128x192 at 4096 and 8192 x 7168 x 384-576 (docs/heuristics.md, "Short K").
+constexpr double kShortKWideSlabStoreFactor = 1.3;
+constexpr int64_t kShortKMaxK = 576;
+constexpr int64_t kShortKMinRounds = 8;
 // Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").
 constexpr double kSplitKOverheadUs = 1.0;
 
@@ -121,12 +127,14 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   // overheads on 4096x32768x512 (H100) were 1.24 us (BN=128) and 1.68 us (BN=160), close to this term.
   const CallBytes bytes = call_bytes(p);
   const bool writes_dominate = bytes.d >= bytes.b;
-  const double slab_factor =
-      writes_dominate && device::gemm_out_bytes(c.output) *
-                                 device::epilogue_slab_cols(uint32_t(c.block_n), device::gemm_out_bytes(c.output)) <
-                             64
-          ? kNarrowSlabStoreFactor
-          : 1.0;
+  const uint32_t out_bytes = device::gemm_out_bytes(c.output);
+  const uint32_t slab_row_bytes = out_bytes * device::epilogue_slab_cols(uint32_t(c.block_n), out_bytes);
+  const bool short_k_many_rounds = p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 &&
+                                   p.k <= kShortKMaxK && c.num_waves >= kShortKMinRounds;
+  const double slab_factor = !writes_dominate                             ? 1.0
+                             : slab_row_bytes < 64                        ? kNarrowSlabStoreFactor
+                             : slab_row_bytes == 64 && short_k_many_rounds ? kShortKWideSlabStoreFactor
+                                                                           : 1.0;
   const double tile_store_s =
       slab_factor * output_bytes_per_element(p) * c.block_m * c.block_n / (hw.dram_bytes_per_s / double(c.grid));
   // Loaded a tile ahead, C's reads and D's writes run under the K loops; otherwise each tile's stores (or reductions
