@@ -25,9 +25,9 @@ constexpr int64_t kBlockM256ShortK = 2048;
 // Slabs with rows under 64 bytes (BLOCK_N 112 and 144 of bf16 D: a 32-byte swizzle) cost this much more than
 // their bytes to store where D has at least B's bytes (docs/heuristics.md, "Narrow epilogue slabs").
 constexpr double kNarrowSlabStoreFactor = 1.43;
-// Dense bf16 calls with 128x128 SB and K <= 576 over at least 8 rounds: tiles whose epilogue slabs have
-// 64-byte rows (BLOCK_N 96, 160, 224) store this much slower than their bytes where D has at least B's bytes; 128x160
-// ran 4-13% slower than 128x128 or 128x192 at 4096 and 8192 x 7168 x 384-576 (docs/heuristics.md, "Short K").
+// Dense bf16 calls with 128x128 SB and K <= 576 over at least 8 rounds: tiles whose epilogue slabs have 64-byte rows
+// (BLOCK_N 32, 96, 160, 224) store this much slower than their bytes where D has at least B's bytes; 128x160 ran
+// 4-13% slower than 128x128 or 128x192 at 4096 and 8192 x 7168 x 384-576 (docs/heuristics.md, "Short K").
 constexpr double kShortKWideSlabStoreFactor = 1.3;
 constexpr int64_t kShortKMaxK = 576;
 constexpr int64_t kShortKMinRounds = 8;
