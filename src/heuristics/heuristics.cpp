@@ -278,13 +278,11 @@ namespace {
 /// multiple of 128, and slower where it is (docs/heuristics.md, "D^T's tiles").
 bool d_transposed_breaks_tie(const Problem& p) { return may_transpose_d(p) && p.m % 128 != 0; }
 
-/// Dense bf16 GEMMs with 128x128 SB and K up to this: where the model times tiles alike, the one whose stage ring
-/// holds its whole K measured faster (128x128 with 5 stages against 128x192 with 4 at 2048 and 4096 x 7168 x 576:
+/// Short-K forward GEMMs (short_k_forward): where the model times tiles alike, the one whose stage ring holds its
+/// whole K measured faster (128x128 with 5 stages against 128x192 with 4 at 2048 and 4096 x 7168 x 576:
 /// docs/heuristics.md, "Short K").
-constexpr int64_t kWholeKInStagesMaxK = 576;
 bool whole_k_in_stages(const Problem& p, const KernelConfig& c) {
-  return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && p.k <= kWholeKInStagesMaxK &&
-         c.num_stages >= ceil_div(p.k, int64_t(device::kBlockK));
+  return short_k_forward(p, c) && c.num_stages >= ceil_div(p.k, int64_t(device::kBlockK));
 }
 }  // namespace
 

@@ -25,12 +25,13 @@ constexpr int64_t kBlockM256ShortK = 2048;
 // Slabs with rows under 64 bytes (BLOCK_N 112 and 144 of bf16 D: a 32-byte swizzle) cost this much more than
 // their bytes to store where D has at least B's bytes (docs/heuristics.md, "Narrow epilogue slabs").
 constexpr double kNarrowSlabStoreFactor = 1.43;
-// Dense bf16 calls with 128x128 SB and K <= 576 over at least 8 rounds: tiles whose epilogue slabs have 64-byte rows
+// Short-K forward calls (short_k_forward) over at least 8 rounds: tiles whose epilogue slabs have 64-byte rows
 // (BLOCK_N 32, 96, 160, 224) store this much slower than their bytes where D has at least B's bytes; 128x160 ran
 // 4-13% slower than 128x128 or 128x192 at 4096 and 8192 x 7168 x 384-576 (docs/heuristics.md, "Short K").
 constexpr double kShortKWideSlabStoreFactor = 1.3;
-constexpr int64_t kShortKMaxK = 576;
 constexpr int64_t kShortKMinRounds = 8;
+// The largest K of short_k_forward: at K = 640 128x160 tiles held their own (docs/heuristics.md, "Short K").
+constexpr int64_t kShortKMaxK = 576;
 // Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").
 constexpr double kSplitKOverheadUs = 1.0;
 
@@ -62,6 +63,10 @@ bool d_fits_the_l2(const Problem& p, const HardwareModel& hw) {
 constexpr double kDTransposedTileFactorBeyondL2 = 1.06;
 
 }  // namespace
+
+bool short_k_forward(const Problem& p, const KernelConfig& c) {
+  return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && p.k <= kShortKMaxK;
+}
 
 int tiled_groups(const Problem& p) {
   return p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum ||
@@ -129,8 +134,7 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const bool writes_dominate = bytes.d >= bytes.b;
   const uint32_t out_bytes = device::gemm_out_bytes(c.output);
   const uint32_t slab_row_bytes = out_bytes * device::epilogue_slab_cols(uint32_t(c.block_n), out_bytes);
-  const bool short_k_many_rounds = p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 &&
-                                   p.k <= kShortKMaxK && c.num_waves >= kShortKMinRounds;
+  const bool short_k_many_rounds = short_k_forward(p, c) && c.num_waves >= kShortKMinRounds;
   const double slab_factor = !writes_dominate                             ? 1.0
                              : slab_row_bytes < 64                        ? kNarrowSlabStoreFactor
                              : slab_row_bytes == 64 && short_k_many_rounds ? kShortKWideSlabStoreFactor

@@ -27,6 +27,11 @@ struct CallBytes {
 };
 CallBytes call_bytes(const Problem& p);
 
+/// Whether `c` runs `p` as a short-K forward GEMM: dense, bf16 D, 128x128 B scales, K <= 576. There the tile's store
+/// follows a K loop of at most 4.5 blocks (docs/heuristics.md, "Short K"): score() charges 64-byte store slabs more,
+/// and select_config prefers the tile whose stages hold the whole K among those the model times alike.
+bool short_k_forward(const Problem& p, const KernelConfig& c);
+
 /// Fills the model outputs of `c` (num_tiles, num_waves, tile_us, estimated_us, and wide_tail where a dense GEMM's
 /// last row block runs as wide tiles) for `p` as the kernel computes it.
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw);
