@@ -32,6 +32,14 @@ constexpr double kShortKWideSlabStoreFactor = 1.3;
 constexpr int64_t kShortKMinRounds = 8;
 // The largest K of short_k_forward: at K = 640 128x160 tiles held their own (docs/heuristics.md, "Short K").
 constexpr int64_t kShortKMaxK = 576;
+// Forward calls of two full 64-row blocks (two_row_blocks_forward): 64-row tiles take this share of their modeled
+// time. Every pick it moves (113-128 rows, K = 3072-7168) ran faster, plain and in a decode chain; a chain layer ran
+// slower with 64-row tiles at K = 16384 and (64x80) at K = 2048, and plain calls at M = 72 and 96 (docs/heuristics.md,
+// "Two row blocks").
+constexpr double kTwoRowBlocksFactor = 0.95;
+constexpr int64_t kTwoRowBlocksMinM = 113;
+constexpr int64_t kTwoRowBlocksMinK = 3072;
+constexpr int64_t kTwoRowBlocksMaxK = 7168;
 // Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").
 constexpr double kSplitKOverheadUs = 1.0;
 
@@ -66,6 +74,12 @@ constexpr double kDTransposedTileFactorBeyondL2 = 1.06;
 
 bool short_k_forward(const Problem& p, const KernelConfig& c) {
   return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && p.k <= kShortKMaxK;
+}
+
+bool two_row_blocks_forward(const Problem& p, const KernelConfig& c) {
+  return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && c.block_m == 64 &&
+         c.split_k == 1 && p.m >= kTwoRowBlocksMinM && p.m <= 128 && p.m <= p.n && c.num_waves == 1 &&
+         p.k >= kTwoRowBlocksMinK && p.k <= kTwoRowBlocksMaxK;
 }
 
 int tiled_groups(const Problem& p) {
@@ -146,8 +160,10 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double tile_math_s = tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s;
   const double d_transposed_factor =
       device::gemm_d_transposed(c.output) && !d_fits_the_l2(p, hw) ? kDTransposedTileFactorBeyondL2 : 1.0;
-  const double tile_s = c.output == device::kOutF32AddCAhead ? std::max(tile_math_s, tile_store_s)
-                                                              : d_transposed_factor * (tile_math_s + tile_store_s);
+  const double two_row_blocks_factor = two_row_blocks_forward(p, c) ? kTwoRowBlocksFactor : 1.0;
+  const double tile_s = c.output == device::kOutF32AddCAhead
+                            ? std::max(tile_math_s, tile_store_s)
+                            : d_transposed_factor * two_row_blocks_factor * (tile_math_s + tile_store_s);
   c.tile_us = 1e6 * tile_s;
   // The M-grouped kernels read B as one [G * N, K] tensor: an n-block that runs past N reads the next group's first
   // rows too (TMA clips only at the tensor's end). Where the call is B's stream, that decides between tiles the model

@@ -32,6 +32,12 @@ CallBytes call_bytes(const Problem& p);
 /// and select_config prefers the tile whose stages hold the whole K among those the model times alike.
 bool short_k_forward(const Problem& p, const KernelConfig& c);
 
+/// Whether `c` runs `p` as a forward GEMM of two full 64-row blocks: dense, bf16 D, 128x128 B scales, 113-128 rows
+/// (at most N), 64-row tiles in one round of the CTAs, 2048 <= K <= 7168. The kernel then walks the tiles m-block
+/// fastest, so the two CTAs that read one B tile are neighbours (device::gemm_dense_one_round_by_rows); score()
+/// charges such tiles less (docs/heuristics.md, "Two row blocks").
+bool two_row_blocks_forward(const Problem& p, const KernelConfig& c);
+
 /// Fills the model outputs of `c` (num_tiles, num_waves, tile_us, estimated_us, and wide_tail where a dense GEMM's
 /// last row block runs as wide tiles) for `p` as the kernel computes it.
 void score(KernelConfig& c, const Problem& p, const HardwareModel& hw);
