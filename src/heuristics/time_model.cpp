@@ -32,12 +32,11 @@ constexpr double kShortKWideSlabStoreFactor = 1.3;
 constexpr int64_t kShortKMinRounds = 8;
 // The largest K of short_k_forward: at K = 640 128x160 tiles held their own (docs/heuristics.md, "Short K").
 constexpr int64_t kShortKMaxK = 576;
-// Forward calls of two full 64-row blocks (two_row_blocks_forward): 64-row tiles take this share of their modeled
-// time. Every pick it moves (113-128 rows, K = 3072-7168) ran faster, plain and in a decode chain; a chain layer ran
-// slower with 64-row tiles at K = 16384 and (64x80) at K = 2048, and plain calls at M = 72 and 96 (docs/heuristics.md,
-// "Two row blocks").
+// Forward calls of two 64-row blocks (two_row_blocks_forward): 64-row tiles take this share of their modeled time.
+// Every pick it moves (65-128 rows, K = 3072-7168) ran faster, plain and in a decode chain; a chain layer ran slower
+// with 64-row tiles at K = 16384 and (64x80) at K = 2048 (docs/heuristics.md, "Two row blocks").
 constexpr double kTwoRowBlocksFactor = 0.95;
-constexpr int64_t kTwoRowBlocksMinM = 113;
+constexpr int64_t kTwoRowBlocksMinM = 65;
 constexpr int64_t kTwoRowBlocksMinK = 3072;
 constexpr int64_t kTwoRowBlocksMaxK = 7168;
 // Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").

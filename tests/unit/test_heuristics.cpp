@@ -322,10 +322,10 @@ TEST(Heuristics, ShortKOverManyRoundsAvoids64ByteSlabsAndKeepsTheWholeKInStages)
   EXPECT_EQ(c.block_n, 160) << c.describe();
 }
 
-TEST(Heuristics, TwoFullRowBlocksTakeSixtyFourRowTilesInOneRound) {
-  // Forward GEMMs of 113-128 rows at 3072 <= K <= 7168 whose 64-row tiles fit one round: 64x64 ran 4-14% faster
-  // than 128x32 at 113-128 x 4096 (H200), plain and as a decode-chain layer; 64x80 than 128x48 at N = 5120.
-  for (int64_t m : {113, 120, 128}) {
+TEST(Heuristics, TwoRowBlocksTakeSixtyFourRowTilesInOneRound) {
+  // Forward GEMMs of 65-128 rows at 3072 <= K <= 7168 whose 64-row tiles fit one round: 64x64 ran 3-15% faster than
+  // 128x32 at N = 3584-4224 (H200), plain and as a decode-chain layer; 64x80 than 128x48 at N = 4608 and 5120.
+  for (int64_t m : {65, 72, 100, 113, 120, 128}) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 3072}, {4096, 7168}, {4224, 7168}, {3584, 4096}}) {
       const auto c = fh::select_config(dense(m, n, k), 132);
       EXPECT_EQ(c.block_m, 64) << c.describe();
@@ -334,11 +334,12 @@ TEST(Heuristics, TwoFullRowBlocksTakeSixtyFourRowTilesInOneRound) {
     }
     EXPECT_EQ(fh::select_config(dense(m, 5120, 7168), 132).block_n, 80);
   }
-  // A second row block of at most 48 rows (64x64 ran 3-60% slower at M = 72 and 96 from K = 2048 on), K = 16384 (a
-  // chain layer 14% slower), K <= 2048 (64x80 at 128x5120x2048: a chain layer 27% slower), 64-row tiles over two
-  // rounds (N = 7168), split-K at N = 2112, and 1x128 scales of B (not measured under the rule) keep 128-row tiles.
-  for (const Problem& p : {dense(112, 4096, 7168), dense(96, 4096, 7168), dense(128, 4096, 16384),
-                           dense(128, 4096, 2048), dense(128, 5120, 2048), dense(128, 7168, 2048), dense(128, 2112, 7168)}) {
+  // K = 16384 (a chain layer 14% slower at M = 128), K <= 2048 (64x80 at 128x5120x2048: a chain layer 27% slower),
+  // 64-row tiles over two rounds (N = 7168), split-K at N = 2112, and 1x128 scales of B (not measured under the rule)
+  // keep 128-row tiles.
+  for (const Problem& p : {dense(128, 4096, 16384), dense(72, 4096, 16384), dense(128, 4096, 1536),
+                           dense(128, 4096, 2048), dense(128, 5120, 2048), dense(128, 7168, 2048),
+                           dense(128, 2112, 7168)}) {
     EXPECT_EQ(fh::select_config(p, 132).block_m, 128) << p.m << "x" << p.n << "x" << p.k;
   }
   Problem sb_per_row = dense(128, 4096, 7168);
@@ -550,11 +551,11 @@ TEST(Heuristics, BPairsWhereTheCallStreamsB) {
   }
   EXPECT_NE(fh::select_config(dense(128, 24576, 1536), 132).describe().find("B:pairs"), std::string::npos);
   // (The 64x32 decode tiles above, split-K at N = 2112 included, and 128x4096x7168's 64x64.) Tensor-bound calls
-  // (384x7168x16384: one wave, 700 FLOPs per byte; M = 4096), 128x32 tiles (M = 128 at N = 2112, M = 112 at N = 4096),
-  // grouped GEMMs: one stage per wait.
+  // (384x7168x16384: one wave, 700 FLOPs per byte; M = 4096), 128x32 tiles (M = 128 at N = 2112, M = 112 at N = 4096
+  // and K = 16384), grouped GEMMs: one stage per wait.
   for (const auto& shape : {dense(384, 7168, 16384), dense(4096, 24576, 1536), dense(4096, 2112, 7168),
                             dense(4096, 32768, 512), dense(4096, 7168, 16384), dense(128, 2112, 7168),
-                            dense(112, 4096, 7168)}) {
+                            dense(112, 4096, 16384)}) {
     const auto c = fh::select_config(shape, 132);
     EXPECT_FALSE(c.b_pairs) << shape.m << "x" << shape.n << "x" << shape.k << ": " << c.describe();
   }
