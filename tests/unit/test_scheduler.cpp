@@ -84,14 +84,14 @@ void check_normal(int m, int num_ctas) {
   // block before; a wide tail's 128 rows likewise), but a last block of more than BLOCK_M / 2 rows in the kernels that
   // keep it where it falls (kClipLongTail), and every last block but a wide tail's in one-round grids of the kernels
   // that walk those by rows (kOneRoundByRows, M at most the n-blocks' width), except the second of two row blocks
-  // with fewer than 3/4 of BLOCK_M rows.
+  // with fewer than 3/4 of BLOCK_M rows (64- and 128-row tiles).
   std::vector<int> written(size_t(m) * NB, 0);
   for (const auto& cta : visits)
     for (const auto& v : cta) {
       EXPECT_EQ(v.row_base % 4, 0);
       const bool last = m >= BM && v.m_block == m / BM && !v.wide;
       const bool by_rows = kOneRoundByRows && one_round && m <= NB * BN;
-      const bool short_second = m / BM == 1 && m % BM < BM * 3 / 4;
+      const bool short_second = BM <= 128 && m / BM == 1 && m % BM < BM * 3 / 4;
       const bool kept = last && ((kClipLongTail && m % BM > BM / 2) || (by_rows && m % BM != 0 && !short_second));
       if (kept) {
         EXPECT_EQ(v.row_base, v.m_block * BM) << "m=" << m;
@@ -213,6 +213,8 @@ TEST(Scheduler, OneRoundByRowsMovesAShortSecondRowBlockUp) {
   // A second block of 96 or more of 128 rows, and a third block of any size, stay where they fall.
   const auto long128 = walk<fd::GemmKind::kNormal, 128, 64, 64, false, false, true>(224, 1, nullptr, 128);
   EXPECT_EQ(long128[1][0].row_base, 128);
+  const auto rows256 = walk<fd::GemmKind::kNormal, 256, 128, 56, false, false, true>(385, 1, nullptr, 112);
+  EXPECT_EQ(rows256[1][0].row_base, 256);  // 256-row tiles keep a short second block where it falls
   const auto third = walk<fd::GemmKind::kNormal, 128, 160, 26, false, false, true>(520, 1, nullptr, 130);
   EXPECT_EQ(third[4][0].m_block, 4);
   EXPECT_EQ(third[4][0].row_base, 512);

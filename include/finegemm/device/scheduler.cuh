@@ -295,9 +295,9 @@ struct TileScheduler {
   /// second of two holds at least 3/4 of BLOCK_M rows (112x3072x7168 on 64x48: 11.7 us against 11.9 moved up). A
   /// second block of fewer rows moves up to end at row M: kept where it falls, 136x4096x7168 on 128x64 tiles took 31.5
   /// us against 16.9 moved up, 200x4096x7168 22.0 against 16.9, 72x3072x7168 on 64x48 16.1 against 11.7, 72x2048x2048
-  /// on 64x32 6.4 against 5.4.
+  /// on 64x32 6.4 against 5.4. 256-row tiles keep theirs (not measured moved up).
   static FG_HOST_DEVICE bool one_round_last_block_stays(int32_t rows) {
-    return rows > 2 * BLOCK_M || rows - BLOCK_M >= BLOCK_M * 3 / 4;
+    return BLOCK_M > 128 || rows > 2 * BLOCK_M || rows - BLOCK_M >= BLOCK_M * 3 / 4;
   }
 
   /// Advances to this CTA's next tile; false when there is none left.
@@ -403,8 +403,8 @@ struct TileScheduler {
       // past A (a box reaching far past the end measured up to 28% slower on an H100).
       // The rows it shares with the block before are computed twice and written only by that block.
       // kClipLongTail (gemm_dense_clips_long_tail): a block of more than BLOCK_M / 2 rows stays where it falls;
-      // kOneRoundByRows: so does the last block of a one-round grid, but the second of two row blocks with fewer
-      // than 3/4 of BLOCK_M rows (one_round_last_block_stays).
+      // kOneRoundByRows: so does the last block of a one-round grid, but the second of two row blocks of 64 or 128
+      // rows with fewer than 3/4 of BLOCK_M rows (one_round_last_block_stays).
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
       const bool stays = (one_round_by_rows && one_round_last_block_stays(num_rows)) ||
                          (kClipLongTail && num_rows - tile.row_base > BLOCK_M / 2);
