@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck, the dense
-# wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row contiguous tiles, on 128x192 tiles with
-# half batches, on the weight gradients' 128x160 tiles, dense and K-grouped, on the dense one's C loaded a tile
-# ahead, and the decode chain with PDL (memcheck, racecheck, synccheck); fails on any report. From the repository
-# root:
+# Runs the GPU suite's reduced set under compute-sanitizer memcheck, racecheck, synccheck and initcheck (each test in
+# a process of its own), the dense wide tail under memcheck, synccheck and initcheck, then the CLI on 256-row
+# contiguous tiles, on 128x192 tiles with half batches, on the weight gradients' 128x160 tiles, dense and K-grouped,
+# on the dense one's C loaded a tile ahead, and the decode chain with PDL (memcheck, racecheck, synccheck); fails on
+# any report. From the repository root:
 #   scripts/sanitize.sh [BUILD_DIR] [OUT_DIR]
 set -uo pipefail
 BUILD=${1:-build-device}
 OUT_DIR=${2:-.}
 TESTS="$BUILD/tests/finegemm_gpu_tests"
-FILTER=${FINEGEMM_SANITIZE_FILTER:-Gpu.SanitizerSmallCases:Gpu.SanitizerPsumCases}
+FILTER=${FINEGEMM_SANITIZE_FILTER:-Gpu.SanitizerSmallCases:Gpu.SanitizerPsumCases:Gpu.SanitizerDecodeCases}
 status=0
 # sanitize TOOL LOG LABEL COMMAND...: COMMAND under compute-sanitizer's TOOL (at most 300 s), its output in
 # $OUT_DIR/sanitizer-LOG.log; prints the tool's summary line and fails the script on any report.
@@ -23,8 +23,12 @@ sanitize() {
   echo "sanitizer $tool$label: rc=$rc ${summary:-no summary line}"
   [ $rc -eq 0 ] || status=1
 }
+# Each test of the filter in a process of its own, so that each gets the 300 s (racecheck is the slowest).
+IFS=: read -r -a TEST_NAMES <<< "$FILTER"
 for tool in memcheck racecheck synccheck initcheck; do
-  sanitize "$tool" "$tool" "" "$TESTS" --gtest_filter="$FILTER"
+  for test in "${TEST_NAMES[@]}"; do
+    sanitize "$tool" "$tool-${test#Gpu.}" " ($test)" "$TESTS" --gtest_filter="$test"
+  done
 done
 # The dense wide tail (racecheck took over 300 s on it; its wide tiles' shared-memory use is the contiguous kernels',
 # which the CLI cases below racecheck).
@@ -59,11 +63,11 @@ if [ -x "$BUILD/finegemm" ]; then
   # The K-grouped kernel's widest tile over experts of drawn sizes (some without tokens), D reduced into by TMA.
   cli_cases kgrouped "kgrouped 128x160 tiles" bm=128,bn=160 tests/sanitizer/kgrouped.csv
   # The decode chain as a model runs it (bench --chain: each layer a per-token quantization then its GEMM, in CUDA
-  # graphs with programmatic dependent launch off and on): 2 layers, M = 1 (SA loaded once per CTA) and 64, N x K
-  # 2112x7168 (split-K over 2-CTA clusters) and 4096x7168.
+  # graphs with programmatic dependent launch off and on): 2 layers, M = 1 and 12 (SA loaded once per CTA, 4 and 16
+  # floats per K block) and 64, N x K 2112x7168 (split-K over 2-CTA clusters) and 4096x7168.
   for tool in memcheck racecheck synccheck; do
     sanitize "$tool" "chain-$tool" " (decode chain, PDL off and on)" \
-      "$BUILD/finegemm" bench --chain --layers 2 --m 1,64 --iters 20 --shapes tests/sanitizer/chain.csv
+      "$BUILD/finegemm" bench --chain --layers 2 --m 1,12,64 --iters 20 --shapes tests/sanitizer/chain.csv
   done
 fi
 exit $status

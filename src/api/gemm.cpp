@@ -203,7 +203,9 @@ void encode_inputs(const GemmCall& c, const KernelConfig& cfg, device::GemmArgs&
                        std::min(args.a_box_rows, uint32_t(cfg.block_m) / 2), "cuTensorMapEncodeTiled(A, half box)");
   encode_fp8_operand(args.tma_b, c.b, uint64_t(c.k), uint64_t(c.n * c.num_groups), uint64_t(c.k),
                      uint32_t(cfg.block_n), "cuTensorMapEncodeTiled(B)");
-  if (cfg.sa_mode == device::kSaMnMajorOnce) {
+  if (cfg.sa_mode == device::kSaMnMajorOnce16) {
+    // MN-major SA of 5-16 rows, loaded once by bulk copies from args.sa: no descriptor.
+  } else if (cfg.sa_mode == device::kSaMnMajorOnce) {
     // MN-major SA of at most 4 rows, loaded once: [KB, rows] with row stride ld_sa, one box of 4 rows x KB.
     encode_mn_major_scales(args.tma_sa, c.sa, uint64_t(c.a_rows), kb, c.ld_sa, device::gemm_sa_once_rows(cfg.sa_mode),
                            "cuTensorMapEncodeTiled(SA, once)", uint32_t(kb));
@@ -313,9 +315,11 @@ void set_common_args(const GemmCall& c, const KernelConfig& cfg, int device, dev
   args.psum_alignment = c.m_alignment;
   args.sb = static_cast<const float*>(c.sb);
   args.grouped_layout = static_cast<const int32_t*>(c.layout);
-  // MN-major SA loaded once whose KB x 4 floats are contiguous (M_pad = 4) goes in one bulk copy.
-  const bool sa_contiguous_once = cfg.sa_mode == device::kSaMnMajorOnce &&
-                                  c.ld_sa == int64_t(device::gemm_sa_once_rows(cfg.sa_mode));
+  // MN-major SA loaded once whose KB x 4 floats are contiguous (M_pad = 4) goes in one bulk copy, as SA of 5-16 rows
+  // always does (build_plan keeps M_pad at most 16 there).
+  const bool sa_contiguous_once = (cfg.sa_mode == device::kSaMnMajorOnce &&
+                                   c.ld_sa == int64_t(device::gemm_sa_once_rows(cfg.sa_mode))) ||
+                                  cfg.sa_mode == device::kSaMnMajorOnce16;
   args.sa = c.sa_k_major || sa_contiguous_once ? static_cast<const float*>(c.sa) : nullptr;
   args.ld_sa = c.ld_sa;
   args.d = static_cast<uint8_t*>(c.d);
@@ -361,9 +365,12 @@ std::unique_ptr<LaunchPlan> build_plan(const GemmCall& c, int device, int num_sm
   auto plan = std::make_unique<LaunchPlan>();
   plan->config = heuristics::select_config(problem_of(c), num_sms, ctx.settings().constraints);
   // K-major SA loaded once goes by TMA too: with a stride or base TMA cannot take, the heuristic's pick with a box of
-  // SA per stage (gathered below), whose shared memory it counts.
+  // SA per stage (gathered below), whose shared memory it counts. MN-major SA of 5-16 rows loaded once is held with its
+  // own stride, 16 floats per K block at most: with a wider one, the same.
   const bool sa_tma_aligned = c.ld_sa % 4 == 0 && reinterpret_cast<uintptr_t>(c.sa) % 16 == 0;
-  if (plan->config.sa_mode == device::kSaKMajorOnce && !sa_tma_aligned) {
+  const int64_t once16_max_ld = int64_t(device::gemm_sa_once_rows(device::kSaMnMajorOnce16));
+  if ((plan->config.sa_mode == device::kSaKMajorOnce && !sa_tma_aligned) ||
+      (plan->config.sa_mode == device::kSaMnMajorOnce16 && (!sa_tma_aligned || c.ld_sa > once16_max_ld))) {
     heuristics::ConfigConstraints per_stage = ctx.settings().constraints;
     per_stage.sa_once = 0;
     plan->config = heuristics::select_config(problem_of(c), num_sms, per_stage);

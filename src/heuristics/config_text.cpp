@@ -14,11 +14,12 @@ std::string KernelConfig::describe() const {
   os << "BM=" << block_m << " BN=" << block_n << " stages=" << num_stages
      << (split_k > 1 ? " split-K=" + std::to_string(split_k) : std::string())
      << " sa="
-     << (sa_mode == device::kSaMnMajor       ? "mn"
-         : sa_mode == device::kSaMnMajorOnce ? "mn-once"
-         : sa_mode == device::kSaKMajorOnce  ? "k-once"
-         : sa_mode == device::kSaKMajorTma   ? "k"
-                                             : "k-gather")
+     << (sa_mode == device::kSaMnMajor         ? "mn"
+         : sa_mode == device::kSaMnMajorOnce   ? "mn-once"
+         : sa_mode == device::kSaMnMajorOnce16 ? "mn-once16"
+         : sa_mode == device::kSaKMajorOnce    ? "k-once"
+         : sa_mode == device::kSaKMajorTma     ? "k"
+                                               : "k-gather")
      << (b_evict_first ? " B:evict-first" : "") << (b_pairs ? " B:pairs" : "")
      << (d_evict_first ? " D:evict-first" : "") << (d_prefetch_lead > 0 ? " D:L2-prefetch" : "")
      << (wide_tail ? " wide-tail" : "")

@@ -42,9 +42,9 @@ constexpr int64_t kSplitKMinK = 7168;
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
-// MN-major SA of at most 4 rows is loaded once per CTA (device::kSaMnMajorOnce) from this many K blocks on, in 64-row
-// tiles, split-K included: a box per stage reads rows 16 bytes apart there; below 32 K blocks the once-loaded box
-// measured slower (docs/performance.md, "What was tried").
+// MN-major SA of at most 16 rows is loaded once per CTA (device::kSaMnMajorOnce, kSaMnMajorOnce16) from this many K
+// blocks on, in 64-row tiles, split-K included: a box per stage reads rows 16-64 bytes apart there; below 32 K blocks
+// the once-loaded box measured slower (docs/performance.md, "What was tried").
 constexpr int64_t kSaOnceMinKBlocks = 32;
 // K-major SA of at most 16 rows (device::kSaKMajorOnce) is loaded once per CTA from this many K blocks on, split-K
 // included, where the scale warp gathered each stage's rows; at 4 K blocks it measured slower at 16 rows (ibid.).
@@ -73,11 +73,15 @@ uint32_t sa_mode_per_stage_for(const Problem& p) {
 }
 
 uint32_t sa_mode_for(const Problem& p) {
-  // SA of dense calls of at most 4 (MN-major) or 16 (K-major) rows and at least kSaOnceMinKBlocks (K-major:
-  // kSaKMajorOnceMinKBlocks) K blocks goes in one load for all K blocks (in 64-row tiles; the others keep a box per
-  // stage: enumerate_candidates). K-major SA's box row is its K blocks: their count must be a multiple of 4 (16 bytes).
+  // SA of dense calls of at most 16 rows and at least kSaOnceMinKBlocks (K-major: kSaKMajorOnceMinKBlocks) K blocks goes
+  // in one load for all K blocks (in 64-row tiles; the others keep a box per stage: enumerate_candidates): MN-major of
+  // at most 4 rows as kSaMnMajorOnce, of 5-16 as kSaMnMajorOnce16. K-major SA's box row is its K blocks: their count
+  // must be a multiple of 4 (16 bytes).
   const int64_t kb = ceil_div(p.k, int64_t(device::kBlockK));
-  const uint32_t once_mode = p.sa_k_major ? device::kSaKMajorOnce : device::kSaMnMajorOnce;
+  const uint32_t once_mode = p.sa_k_major ? device::kSaKMajorOnce
+                             : p.m <= int64_t(device::gemm_sa_once_rows(device::kSaMnMajorOnce))
+                                 ? device::kSaMnMajorOnce
+                                 : device::kSaMnMajorOnce16;
   const bool once = p.kind == GemmKind::kNormal && p.m <= int64_t(device::gemm_sa_once_rows(once_mode)) &&
                     kb >= (p.sa_k_major ? kSaKMajorOnceMinKBlocks : kSaOnceMinKBlocks) &&
                     kb <= device::kSaOnceMaxKBlocks && (!p.sa_k_major || kb % 4 == 0);

@@ -971,10 +971,8 @@ TEST_F(Gpu, SanitizerSmallCases) {
   // falls) with C aliasing D, 300x264x640 with a separate C. The dense
   // wide tail has a case of its own (SanitizerWideTail), the psum layout too (SanitizerPsumCases). Then the K-grouped
   // weight gradient (3 experts, the middle one without tokens, M off the tile; adding into D, then overwriting it).
-  // Two decode calls of 3 rows load SA once per CTA (3x576x4096; split-K at 3x2112x7168), MN-major SA allocated to
-  // its view's extent, without the last K block's padding row.
+  // The decode calls that load SA once per CTA have a case of their own (SanitizerDecodeCases).
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 65, 576, 576), shape(GemmKind::kNormal, 1, 512, 2112, 1024),
-                                     shape(GemmKind::kNormal, 1, 3, 576, 4096), shape(GemmKind::kNormal, 1, 3, 2112, 7168),
                                      shape(GemmKind::kNormal, 1, 63, 576, 7168),
                                      shape(GemmKind::kNormal, 1, 1024, 4096, 1024),
                                      shape(GemmKind::kNormal, 1, 129, 7232, 1408),
@@ -999,6 +997,28 @@ TEST_F(Gpu, SanitizerSmallCases) {
       ft::GemmProblem p(s, opt);
       const ft::Verdict v = run_and_check(p, k_major);
       EXPECT_TRUE(v.ok) << s.describe() << "\n" << v.summary;
+    }
+}
+
+// Decode calls that load SA once per CTA under the sanitizers: 1-4 rows (4 floats per K block) and 5-16 rows (16),
+// without and with split-K (3x576x4096, 5x576x4096; 3x2112x7168, 12x2112x7168), MN-major SA allocated to its view's
+// extent, without the last K block's padding rows (read by 4-byte copies, the rest by one bulk copy); K-major SA by
+// one TMA box.
+TEST_F(Gpu, SanitizerDecodeCases) {
+  const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 3, 576, 4096), shape(GemmKind::kNormal, 1, 5, 576, 4096),
+                                     shape(GemmKind::kNormal, 1, 3, 2112, 7168),
+                                     shape(GemmKind::kNormal, 1, 12, 2112, 7168)};
+  int i = 0;
+  for (const auto& s : shapes)
+    for (bool k_major : {false, true}) {
+      ft::ProblemOptions opt;
+      opt.seed = uint64_t(80 + i++);
+      ft::GemmProblem p(s, opt);
+      const std::string config = fg::describe_config(ft::problem_of(s, k_major), fg::get_num_sms());
+      EXPECT_NE(config.find(k_major ? "sa=k-once" : s.m <= 4 ? "sa=mn-once " : "sa=mn-once16"), std::string::npos)
+          << config;
+      const ft::Verdict v = run_and_check(p, k_major);
+      EXPECT_TRUE(v.ok) << s.describe() << (k_major ? " K-major" : " MN-major") << "\n" << v.summary;
     }
 }
 

@@ -604,9 +604,9 @@ TEST(Heuristics, KMajorScalesByTmaOnlyWhereMeasuredFaster) {
   EXPECT_NE(c.describe().find("sa=k "), std::string::npos) << c.describe();
 }
 
-// SA of dense decode calls is loaded once per CTA where that measured faster: MN-major of at most 4 rows from 32 K
-// blocks (one box holds up to 256) in 64-row tiles without split-K; K-major of at most 16 rows from 8 K blocks (a
-// multiple of 4), split-K included. The smem footprint and the kernel follow the mode.
+// SA of dense decode calls is loaded once per CTA where that measured faster: MN-major of at most 16 rows from 32 K
+// blocks (up to 256) in 64-row tiles, split-K included (1-4 rows and 5-16 rows in modes of their own); K-major of at
+// most 16 rows from 8 K blocks (a multiple of 4), split-K included. The smem footprint and the kernel follow the mode.
 TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
   namespace dev = finegemm::device;
   auto mode = [](int64_t m, int64_t k, bool k_major = false, GemmKind kind = GemmKind::kNormal) {
@@ -616,7 +616,13 @@ TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
     return fh::sa_mode_for(p);
   };
   for (int64_t m = 1; m <= 4; ++m) EXPECT_EQ(mode(m, 7168), dev::kSaMnMajorOnce) << m;
-  EXPECT_EQ(mode(5, 7168), dev::kSaMnMajor);
+  for (int64_t m = 5; m <= 16; ++m) EXPECT_EQ(mode(m, 7168), dev::kSaMnMajorOnce16) << m;
+  EXPECT_EQ(mode(17, 7168), dev::kSaMnMajor);
+  EXPECT_EQ(mode(8, 16384), dev::kSaMnMajorOnce16);  // KB 128
+  EXPECT_EQ(mode(8, 3968), dev::kSaMnMajor);         // KB 31
+  EXPECT_EQ(mode(16, 32768), dev::kSaMnMajorOnce16);  // KB 256
+  EXPECT_EQ(mode(16, 32896), dev::kSaMnMajor);        // KB 257
+  EXPECT_EQ(mode(8, 7168, false, GemmKind::kGroupedMasked), dev::kSaMnMajor);
   EXPECT_EQ(mode(2, 16384), dev::kSaMnMajorOnce);  // KB 128
   EXPECT_EQ(mode(2, 4096), dev::kSaMnMajorOnce);   // KB 32
   EXPECT_EQ(mode(2, 3968), dev::kSaMnMajor);       // KB 31
@@ -648,7 +654,17 @@ TEST(Heuristics, ScalesOfDecodeRowsLoadedOnceWhereMeasuredFaster) {
             dev::gemm_smem_launch_bytes(64, 32, 18, 7168, 1, dev::kSaMnMajor));  // 56 K blocks of 16 bytes, not 18x256
   EXPECT_NE(c.kernel_function().find(", 3u, 1u, false>"), std::string::npos) << c.kernel_function();
   EXPECT_NE(c.describe().find("sa=mn-once "), std::string::npos) << c.describe();
+  const auto c8 = fh::select_config(dense(8, 4096, 7168), 132);
+  EXPECT_EQ(c8.sa_mode, dev::kSaMnMajorOnce16);
+  EXPECT_EQ(c8.block_m, 64);
+  EXPECT_EQ(uint32_t(c8.smem_bytes), dev::gemm_smem_launch_bytes(64, uint32_t(c8.block_n), uint32_t(c8.num_stages),
+                                                                 7168, 1, dev::kSaMnMajorOnce16));
+  EXPECT_EQ(dev::gemm_sa_once_bytes(dev::kSaMnMajorOnce16, 7168), 56u * 64u);  // 56 K blocks of 16 floats
+  EXPECT_NE(c8.kernel_function().find(", 5u, 1u, false>"), std::string::npos) << c8.kernel_function();
+  EXPECT_NE(c8.describe().find("sa=mn-once16 "), std::string::npos) << c8.describe();
+  EXPECT_EQ(fh::select_config(dense(8, 4096, 7168), 132, per_stage).sa_mode, dev::kSaMnMajor);
   // Split-K tiles (N = 2112) load SA once too, MN-major and K-major.
+  EXPECT_EQ(fh::select_config(dense(12, 2112, 7168), 132).sa_mode, dev::kSaMnMajorOnce16);
   const auto s = fh::select_config(dense(2, 2112, 7168), 132);
   EXPECT_EQ(s.split_k, 2);
   EXPECT_EQ(s.sa_mode, dev::kSaMnMajorOnce);

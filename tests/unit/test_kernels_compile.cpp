@@ -614,40 +614,43 @@ TEST(KernelsCompile, WeightGradientKernelsCompileWithoutSpills) {
   });
 }
 
-// Decode calls of 1 to 4 tokens (MN-major SA) or 1 to 16 (K-major) load every K block's row scales once per CTA
-// (device::gemm_sa_once) where the heuristic picks it: the kernels of the seed's (N, K) pairs and of the weight
-// gradient compile without spills, and read SA's box with the other TMA loads (MN-major SA: one bulk copy).
+// Decode calls of 1 to 16 tokens load every K block's row scales once per CTA (device::gemm_sa_once) where the
+// heuristic picks it: the kernels of the seed's (N, K) pairs and of the weight gradient compile without spills, and
+// read SA with the other loads (MN-major SA: one bulk copy and 4-byte copies of the last K block; K-major: a TMA box).
 TEST(KernelsCompile, DecodeKernelsWithScalesLoadedOnceCompileWithoutSpills) {
   std::set<std::string> functions, mn_major;
+  auto mn_major_once = [](uint32_t sa_mode) {
+    return sa_mode == finegemm::device::kSaMnMajorOnce || sa_mode == finegemm::device::kSaMnMajorOnce16;
+  };
   const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
   for (const auto& s : nk) {
-    for (int64_t m : {1, 2, 3, 4, 7, 16}) {
+    for (int64_t m : {1, 2, 3, 4, 7, 12, 16}) {
       Problem q;
       q.m = m;
       q.n = s[0];
       q.k = s[1];
-      q.sa_k_major = m % 2 == 0 || m > 4;  // both SA layouts
+      q.sa_k_major = m <= 4 ? m % 2 == 0 : m == 16;  // both SA layouts
       const auto c = finegemm::heuristics::select_config(q, 132);
       if (finegemm::device::gemm_sa_once(c.sa_mode)) functions.insert(c.kernel_function());
-      if (c.sa_mode == finegemm::device::kSaMnMajorOnce) mn_major.insert(c.kernel_function());
+      if (mn_major_once(c.sa_mode)) mn_major.insert(c.kernel_function());
       q.sb_per_row = true;  // the weight gradient's: fp32 D += A x B^T
       q.d_dtype = finegemm::DType::kFloat32;
       q.accumulate = q.c_is_d = true;
       const auto w = finegemm::heuristics::select_config(q, 132);
       if (finegemm::device::gemm_sa_once(w.sa_mode)) functions.insert(w.kernel_function());
-      if (w.sa_mode == finegemm::device::kSaMnMajorOnce) mn_major.insert(w.kernel_function());
+      if (mn_major_once(w.sa_mode)) mn_major.insert(w.kernel_function());
     }
   }
   std::vector<std::string> names(functions.begin(), functions.end());
   EXPECT_GE(names.size(), 3u) << "4096x7168, 7168x16384 and the weight gradient's kernels load SA once";
-  EXPECT_GE(mn_major.size(), 2u) << "2112x7168 (split-K) and 4096x7168 load MN-major SA once";
+  EXPECT_GE(mn_major.size(), 4u) << "2112x7168 (split-K) and 4096x7168 load MN-major SA of 1-4 and 5-16 rows once";
   compile_and_check_sass(names, [&](size_t i, const std::string& sass) {
     EXPECT_NE(names[i].find("u, 64u, "), std::string::npos) << names[i] << ": 64-row tiles";
     EXPECT_NE(sass.find("QGMMA.64x"), std::string::npos) << names[i];
     EXPECT_NE(sass.find("UTMALDG.2D"), std::string::npos) << names[i];
     EXPECT_EQ(sass.find(" LDL"), std::string::npos) << names[i] << " reads local memory";
     EXPECT_EQ(sass.find(" STL"), std::string::npos) << names[i] << " writes local memory";
-    if (mn_major.count(names[i])) {  // MN-major SA of 4 rows per K block: a bulk copy, the last block by 4-byte copies
+    if (mn_major.count(names[i])) {  // MN-major SA: a bulk copy, the last K block by 4-byte copies
       EXPECT_NE(sass.find("UBLKCP.S.G"), std::string::npos) << names[i] << ": no bulk copy of SA";
       EXPECT_NE(sass.find("LDGSTS"), std::string::npos) << names[i] << ": no 4-byte copies of SA's last K block";
     }

@@ -32,7 +32,7 @@ struct GemmArgs {
   const float* sb;            ///< [G, NB, KB] fp32
   const int32_t* grouped_layout;  ///< m_indices (contiguous), masked_m (masked), group ends (psum) or ks (K-grouped)
   /// SA itself where a kernel reads it without its tensor map: K-major [rows, KB] with row stride ld_sa (gathered),
-  /// or MN-major of at most 4 rows with M_pad = 4, KB x 4 contiguous floats (kSaMnMajorOnce: one bulk copy); else null
+  /// or MN-major [KB][M_pad] loaded once by bulk copies (kSaMnMajorOnce with M_pad = 4, kSaMnMajorOnce16); else null
   const float* sa;
   int64_t ld_sa;              ///< SA's stride, elements: between rows (K-major) or K blocks (MN-major, M_pad)
   // Read later (epilogue, errors).

@@ -34,17 +34,21 @@ enum GemmSaMode : uint32_t {
   /// K-major ([M][KB], a row stride of a multiple of 4 floats) with at most 16 rows: the same once-loaded SA, through
   /// one box of (KB, 16), held [row][KB] in shared memory (gathered per stage, such rows measured up to 1.5x slower).
   kSaKMajorOnce = 4,
+  /// MN-major with 5 to 16 rows and M_pad (the stride between K blocks) of at most 16: every K block's row scales
+  /// loaded once per CTA, as kSaMnMajorOnce, by one bulk copy of all but the last K block (and 4-byte copies for that
+  /// one), held with SA's own stride in shared memory (a TMA box of (16, KB), rows of 64 bytes, measured slower).
+  kSaMnMajorOnce16 = 5,
 };
 
-/// Whether a kernel loads SA once per CTA (kSaMnMajorOnce, kSaKMajorOnce).
+/// Whether a kernel loads SA once per CTA (kSaMnMajorOnce, kSaKMajorOnce, kSaMnMajorOnce16).
 FG_HOST_DEVICE constexpr bool gemm_sa_once(uint32_t sa_mode) {
-  return sa_mode == kSaMnMajorOnce || sa_mode == kSaKMajorOnce;
+  return sa_mode == kSaMnMajorOnce || sa_mode == kSaKMajorOnce || sa_mode == kSaMnMajorOnce16;
 }
 
-/// SA loaded once: the rows it takes (MN-major: a K block's scales fill one 16-byte row of the box; K-major: 16, the
-/// rows of the first warp, which holds rows r0 and r0 + 8 of the m64 accumulator) and the K blocks one box holds (a TMA
-/// box dimension is at most 256).
-FG_HOST_DEVICE constexpr uint32_t gemm_sa_once_rows(uint32_t sa_mode) { return sa_mode == kSaKMajorOnce ? 16u : 4u; }
+/// SA loaded once: the rows it takes (MN-major of at most 4 rows: a K block's scales fill one 16-byte row of the box;
+/// otherwise 16, the rows of the first warp, which holds rows r0 and r0 + 8 of the m64 accumulator) and the K blocks
+/// one box holds (a TMA box dimension is at most 256).
+FG_HOST_DEVICE constexpr uint32_t gemm_sa_once_rows(uint32_t sa_mode) { return sa_mode == kSaMnMajorOnce ? 4u : 16u; }
 inline constexpr uint32_t kSaOnceMaxKBlocks = 256;
 
 /// SA loaded once: bytes of its shared copy for a K extent `k` (gemm_sa_once_rows floats per K block).
@@ -157,7 +161,8 @@ struct GemmSmemLayout {
   static constexpr uint32_t kBBytesPerStage = BLOCK_N * kBlockK;                         // (BLOCK_N, BLOCK_K) fp8
   static constexpr uint32_t kSaRowFloats = gemm_sa_row_floats(kSaMode);
   static constexpr bool kSaOnce = gemm_sa_once(kSaMode);
-  // SA loaded once: floats between two rows and between two K blocks of its shared copy
+  // SA loaded once: floats between two rows and between two K blocks of its shared copy (kSaMnMajorOnce16: between
+  // K blocks SA's own M_pad, args.ld_sa, at run time)
   static constexpr uint32_t kSaOnceRowStride = kSaMode == kSaKMajorOnce ? kNumKBlocks : 1u;
   static constexpr uint32_t kSaOnceKbStride = kSaMode == kSaKMajorOnce ? 1u : gemm_sa_once_rows(kSaMode);
   // (BLOCK_M, 1 or 4) fp32 per stage; SA loaded once: none per stage, (KB, gemm_sa_once_rows) fp32 for the whole call

@@ -47,12 +47,15 @@ struct MathWarpgroup {
   uint32_t desc_b_lo;
   uint32_t desc_b2_lo;   // wide tiles: the second B tile's descriptor (in the A stage; not offset by the warpgroup's rows)
   const float* sa_rows;  // this thread's row r0 in the stage's SA
+  uint32_t sa_kb_stride;  // SA loaded once: floats between two K blocks of its shared copy
   bool next_full;        // the next stage's full barrier was seen complete during the last promotion
   float accum[Cfg::kKDepth][BLOCK_N / 2];
   float final_accum[Cfg::kNumWaves][BLOCK_N / 2];
 
   /// Tile rows r0 and r0 + 8 of wave 0 are this thread's; wave w adds w * kWaveRows.
-  FG_DEVICE MathWarpgroup(const GemmSmem& smem_, uint32_t math_wg_, uint32_t warp_in_wg, uint32_t lane_idx_)
+  /// `ld_sa`: SA's stride (GemmArgs::ld_sa), that of its shared copy where it is loaded once by kSaMnMajorOnce16.
+  FG_DEVICE MathWarpgroup(const GemmSmem& smem_, uint32_t math_wg_, uint32_t warp_in_wg, uint32_t lane_idx_,
+                          int64_t ld_sa)
       : smem(smem_), math_wg(math_wg_), lane_idx(lane_idx_) {
     const uint32_t r0 = math_wg * kWarpgroupRows + warp_in_wg * 16 + lane_idx / 4;
     const uint64_t desc_a0 = ptx::make_smem_desc_k_major_sw128(smem.a + math_wg * kWarpgroupRows * kBlockK);
@@ -63,11 +66,13 @@ struct MathWarpgroup {
     desc_b2_lo = 0;
     if constexpr (Cfg::kWideTiles)
       desc_b2_lo = ptx::opaque(static_cast<uint32_t>(ptx::make_smem_desc_k_major_sw128(smem.a + Cfg::kWideBOffset)));
-    // SA loaded once holds the call's rows only (gemm_sa_once_rows, zero past M): the first warp's, r0 and (16 rows)
-    // r0 + 8. The other threads read rows of it too, whose products go to output rows that are not stored.
+    // SA loaded once holds the call's rows only (gemm_sa_once_rows; past M zero, or by kSaMnMajorOnce16 the next K
+    // block's rows): the first warp's, r0 and (16 rows) r0 + 8. The other threads read rows of it too, whose products
+    // go to output rows that are not stored.
     constexpr uint32_t kOnceLastRow = min_of(gemm_sa_once_rows(Cfg::kSaMode), 8u) - 1;
     sa_rows = Cfg::kSaOnce ? smem.sa + min_of(r0, kOnceLastRow) * Layout::kSaOnceRowStride
                            : smem.sa + r0 * Cfg::kSaRowFloats;
+    sa_kb_stride = Cfg::kSaMode == kSaMnMajorOnce16 ? uint32_t(ld_sa) : Layout::kSaOnceKbStride;
     my_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + math_wg;
     other_turn = static_cast<uint32_t>(NamedBarrier::kMathTurn0) + (1 - math_wg);
     next_full = false;
@@ -123,7 +128,7 @@ struct MathWarpgroup {
   /// This thread's row r0 of SA in `stage`, whose K block is `kb` (K-major SA by TMA: its column in the stage's box of
   /// 4; unused otherwise). Computed once per stage: each wave's rows are then a constant offset from it.
   FG_DEVICE const float* stage_sa(uint32_t stage, uint32_t kb) const {
-    if constexpr (Cfg::kSaOnce) return sa_rows + kb * Layout::kSaOnceKbStride;  // (loaded once: K block kb's)
+    if constexpr (Cfg::kSaOnce) return sa_rows + kb * sa_kb_stride;  // (loaded once: K block kb's)
     const uint32_t column = Cfg::kSaMode == kSaKMajorTma ? kb % 4 : 0;
     return sa_rows + stage * Cfg::kSaFloatsPerStage + column;
   }

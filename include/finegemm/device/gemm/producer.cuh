@@ -151,11 +151,11 @@ struct GroupedKMaps {
 };
 
 /// Whether the SA loaded once comes by one bulk copy and, for its last K block, 4-byte copies (MN-major SA with
-/// M_pad = 4) rather than by its tensor map. The copies then complete the barrier `sa_full` with an arrival of their
-/// own, which it is initialized to expect (gemm_sa_once_arrivals).
+/// M_pad = 4, and kSaMnMajorOnce16, whose M_pad is at most 16) rather than by its tensor map. The copies then complete
+/// the barrier `sa_full` with an arrival of their own, which it is initialized to expect (gemm_sa_once_arrivals).
 template <class Cfg>
 FG_DEVICE bool gemm_sa_once_by_copies(const GemmArgs& args) {
-  return Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr;
+  return Cfg::kSaMode == kSaMnMajorOnce16 || (Cfg::kSaMode == kSaMnMajorOnce && args.sa != nullptr);
 }
 
 /// The arrivals `sa_full` expects: A's issuer's expect_tx, and that of its 4-byte copies where it issues them.
@@ -176,20 +176,22 @@ FG_DEVICE void load_a_stages(const GemmArgs& args, const GemmSmem& smem, typenam
   GroupedKMaps<Cfg> maps{args.k_grouped_maps + blockIdx.x * 4, &args.tma_a, args.a_base, uint32_t(args.num_rows)};
   if constexpr (Cfg::kSaOnce) {
     // The call's (at most gemm_sa_once_rows) rows' scales of every K block, once: the same for all of this CTA's tiles.
-    // MN-major SA with M_pad = 4 is the box's bytes in order: one bulk copy (the box of KB rows of 16 bytes measured
-    // slower), but for the last K block, whose padding past the call's rows may lie past SA's allocation: its rows
-    // come by 4-byte copies, the padding zero-filled as TMA fills it.
+    // MN-major SA is [KB][M_pad], in order: one bulk copy of its bytes (a TMA box of KB rows of 16 or 64 bytes measured
+    // slower), but for the last K block, whose padding past the call's rows may lie past SA's allocation: its rows come
+    // by 4-byte copies, gemm_sa_once_rows of them, the padding zero-filled as TMA fills it (M_pad = 16 at most, so the
+    // shared copy of gemm_sa_once_rows floats per K block holds them).
     if (gemm_sa_once_by_copies<Cfg>(args)) {
-      constexpr uint32_t kLastBlock = (Layout::kNumKBlocks - 1) * gemm_sa_once_rows(kSaMnMajorOnce);
+      const uint32_t kb_stride = Cfg::kSaMode == kSaMnMajorOnce16 ? uint32_t(args.ld_sa) : Layout::kSaOnceKbStride;
+      const uint32_t last_block = (Layout::kNumKBlocks - 1) * kb_stride;
 #pragma unroll
-      for (uint32_t r = 0; r < gemm_sa_once_rows(kSaMnMajorOnce); ++r) {
+      for (uint32_t r = 0; r < gemm_sa_once_rows(Cfg::kSaMode); ++r) {
         const bool valid = int32_t(r) < args.num_a_rows;
-        ptx::cp_async_f32(smem.sa + kLastBlock + r, args.sa + (valid ? kLastBlock + r : 0), valid);
+        ptx::cp_async_f32(smem.sa + last_block + r, args.sa + (valid ? last_block + r : 0), valid);
       }
       // An arrival the barrier expects (.noinc; synccheck reports the counting form, which adds one, as a missing wait).
       ptx::mbarrier_arrive_on_cp_async_noinc(smem.sa_full);
-      ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes - 16);
-      ptx::bulk_load(smem.sa, args.sa, Cfg::kSaOnceTxBytes - 16, smem.sa_full);
+      ptx::mbarrier_arrive_expect_tx(smem.sa_full, last_block * 4);
+      ptx::bulk_load(smem.sa, args.sa, last_block * 4, smem.sa_full);
     } else {
       ptx::mbarrier_arrive_expect_tx(smem.sa_full, Cfg::kSaOnceTxBytes);
       ptx::tma_load_2d(&args.tma_sa, smem.sa_full, smem.sa, 0, 0);

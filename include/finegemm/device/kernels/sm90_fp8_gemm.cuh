@@ -53,10 +53,10 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
   static_assert(kSplitK == 1 || (kSplitK == 2 && kKind == int(GemmKind::kNormal)),
                 "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
-  static_assert(kSaMode <= kSaKMajorOnce, "SA read as GemmSaMode says");
+  static_assert(kSaMode <= kSaMnMajorOnce16, "SA read as GemmSaMode says");
   static_assert(!gemm_sa_once(kSaMode) || (kKind == int(GemmKind::kNormal) && BLOCK_M == 64 &&
                                            ceil_div(K, kBlockK) <= kSaOnceMaxKBlocks &&
-                                           (kSaMode == kSaMnMajorOnce || ceil_div(K, kBlockK) % 4 == 0)),
+                                           (kSaMode != kSaKMajorOnce || ceil_div(K, kBlockK) % 4 == 0)),
                 "SA loaded once: dense 64-row tiles (the call's rows are the tile's first), one box of K blocks");
   static_assert(!kWideTail || gemm_wide_tail(GemmKind(kKind), BLOCK_M, BLOCK_N, kSplitK, kSaMode),
                 "wide tails: dense, masked and psum 256x128 kernels as gemm_wide_tail says");
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     const uint32_t wg_thread = threadIdx.x % 128;
     const uint32_t warp_in_wg = warp_idx % 4;
     const uint32_t wg_barrier = static_cast<uint32_t>(NamedBarrier::kMathWarpgroup0) + math_wg;
-    MathWarpgroup<Cfg> math(smem, math_wg, warp_in_wg, lane_idx);
+    MathWarpgroup<Cfg> math(smem, math_wg, warp_in_wg, lane_idx, args.ld_sa);
     if constexpr (Cfg::kSaOnce) ptx::mbarrier_wait(smem.sa_full, 0);  // SA loaded once, before the first tile
     math.start_turns();
     SplitKExchange<Cfg> exchange{smem};
