@@ -53,7 +53,7 @@ ConfigConstraints parse_constraints(const std::string& text) {
   ConfigConstraints c;
   c.text = text;
   constexpr const char* kWhere = "FINEGEMM_FORCE_CONFIG";
-  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead, saonce, dt";
+  constexpr const char* kFields = "bm, bn, stages, split, l2b, l2d, bpairs, cahead, saonce, pdlpf, dt";
   std::istringstream fields(text);
   for (std::string field; std::getline(fields, field, ',');) {
     const size_t eq = field.find('=');
@@ -73,6 +73,11 @@ ConfigConstraints parse_constraints(const std::string& text) {
     if (name == "saonce") {
       check_arg(value == "0", kWhere, "saonce is 0 (SA by a box per stage), got '", value, "'");
       c.sa_once = 0;
+      continue;
+    }
+    if (name == "pdlpf") {
+      check_arg(value == "0", kWhere, "pdlpf is 0 (no B prefetch under PDL), got '", value, "'");
+      c.pdl_prefetch = 0;
       continue;
     }
     int* target = name == "bm" ? &c.block_m : name == "bn" ? &c.block_n : name == "stages" ? &c.stages

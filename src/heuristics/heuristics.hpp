@@ -31,13 +31,14 @@ struct ConfigConstraints {
   int b_pairs = -1;        ///< B's loads two stages per empty wait: 1 / 0, or -1 (the heuristic's)
   int c_ahead = -1;        ///< dense GEMMs with C: 1 C's tiles loaded a tile ahead (kOutF32AddCAhead), 0 not, -1 either
   int sa_once = -1;        ///< 0: SA by a box per stage even where the heuristic loads it once per CTA; -1 its choice
+  int pdl_prefetch = -1;   ///< 0: no B prefetch under PDL even where the heuristic prefetches; -1 its choice
   int d_transposed = -1;   ///< 1 run on D^T's tiles (may_transpose_d), 0 on D's, -1 the heuristic's choice
   std::string text;        ///< as given, for messages ("" when nothing is constrained)
 
   bool empty() const { return text.empty(); }
 };
 
-/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0,cahead=1,saonce=0,dt=1" (any subset; ""
+/// Parses "bm=128,bn=192,stages=4,split=1,l2b=normal,l2d=first,bpairs=0,cahead=1,saonce=0,pdlpf=0,dt=1" (any subset; ""
 /// constrains nothing).
 /// Throws Error(kInvalidArgument) naming the field and what it accepts.
 ConfigConstraints parse_constraints(const std::string& text);

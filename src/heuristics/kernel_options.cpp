@@ -123,7 +123,7 @@ void set_launch_options(KernelConfig& chosen, const Problem& kp, const ConfigCon
                                                               d_evict_first_pays(kp, hw);
   chosen.b_pairs = constraints.b_pairs >= 0 ? constraints.b_pairs == 1 && b_pairs_allowed(kp, chosen)
                                             : b_pairs_pay(kp, chosen);
-  chosen.pdl_prefetch_b_blocks = pdl_prefetch_b_blocks_for(kp, chosen);
+  chosen.pdl_prefetch_b_blocks = constraints.pdl_prefetch == 0 ? 0 : pdl_prefetch_b_blocks_for(kp, chosen);
   chosen.d_prefetch_lead = device::gemm_reduces_into_d(chosen.output) ? 1 : 0;
 }
 

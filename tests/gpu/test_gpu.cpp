@@ -874,10 +874,11 @@ TEST_F(Gpu, ProgrammaticDependentLaunchKeepsTheOrder) {
   }
 
   // Every launch form under PDL gives the plain launch's output: a split-K cluster (64x1536x7168), the 256-row
-  // kernel, both grouped layouts and K-major SA.
+  // kernel, both grouped layouts (masked with groups of 256 rows and of 16) and K-major SA.
   const ft::ProblemShape forms[] = {shape(GemmKind::kNormal, 1, 64, 1536, 7168),
                                     shape(GemmKind::kNormal, 1, 1024, 4096, 7168),
                                     shape(GemmKind::kGroupedMasked, 4, 256, 7168, 2048),
+                                    shape(GemmKind::kGroupedMasked, 4, 16, 7168, 2048),
                                     shape(GemmKind::kGroupedContiguous, 4, 512, 4096, 2048)};
   for (const auto& f : forms)
     for (bool k_major : {false, true}) {

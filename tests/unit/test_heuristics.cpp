@@ -519,7 +519,9 @@ TEST(Heuristics, ShortKDecodeKernelsPrefetchBUnderPdl) {
       {dense(64, 4096, 7168), 0},   {dense(64, 7168, 16384), 0},
       {dense(4096, 7168, 2048), 0},  // 256-row tiles: they let the next kernel launch from the start already
       {dense(4096, 32768, 512), 0},  // 128-row tiles in 42 waves: not a decode call (measured on those only)
-      {masked(4, 64, 7168, 2048), 0},  // a grouped call's tiles need the layout, written before the wait
+      // A grouped call's tiles need the layout, written before the wait. A masked decode call's B prefetched by
+      // the walk one row block per group gives (masked_m unread) made masked chains slower (docs/performance.md).
+      {masked(4, 64, 7168, 2048), 0},  {masked(4, 16, 7168, 2048), 0}, {masked(1, 128, 7168, 2048), 0},
   };
   for (const auto& c : cases) {
     const auto config = fh::select_config(c.p, 132);
@@ -537,6 +539,14 @@ TEST(Heuristics, ShortKDecodeKernelsPrefetchBUnderPdl) {
   wgrad.d_dtype = finegemm::DType::kFloat32;
   wgrad.accumulate = true;
   EXPECT_EQ(fh::select_config(wgrad, 132).pdl_prefetch_b_blocks, 0);
+  // FINEGEMM_FORCE_CONFIG=pdlpf=0 turns it off where the heuristic would prefetch, and changes nothing else.
+  const auto with = fh::select_config(dense(64, 7168, 2048), 132);
+  const auto without = fh::select_config(dense(64, 7168, 2048), 132, fh::parse_constraints("pdlpf=0"));
+  EXPECT_GT(with.pdl_prefetch_b_blocks, 0);
+  EXPECT_EQ(without.pdl_prefetch_b_blocks, 0);
+  EXPECT_EQ(without.kernel_function(), with.kernel_function());
+  EXPECT_EQ(without.grid, with.grid);
+  EXPECT_THROW(fh::parse_constraints("pdlpf=1"), finegemm::Error);
 }
 
 TEST(Heuristics, BPairsWhereTheCallStreamsB) {
