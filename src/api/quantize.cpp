@@ -17,6 +17,7 @@
 #include "common/error.hpp"
 #include "finegemm/device/common/quantize_args.cuh"
 #include "finegemm/finegemm.hpp"
+#include "heuristics/quantizer_launch.hpp"
 #include "jit/driver.hpp"
 #include "jit/launch.hpp"
 #include "jit/runtime.hpp"
@@ -165,17 +166,25 @@ void check_device_pointers(const QuantizeLaunch& launch, int device) {
   check_device_pointer(launch.args.scales, "scales", device, where);
 }
 
+/// A quantizer kernel as loaded in a context, with what its launches need of the device.
+struct QuantizeKernel {
+  CUfunction function = nullptr;
+  int num_sms = 0;                         ///< the device's SMs
+  heuristics::SmSharedMemory sm_smem;      ///< an SM's shared memory
+  int static_smem = 0;                     ///< the kernel's static shared memory
+};
+
 /// The quantizer kernels, compiled (or loaded from the cache) once per variant, their functions kept per context.
 class QuantizeKernels {
  public:
-  CUfunction get(QuantizeKind kind, bool is_bf16, int device) {
+  QuantizeKernel get(QuantizeKind kind, bool is_bf16, int device) {
     CUcontext ctx = nullptr;
     check_cu(driver().cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
     const int variant = int(kind) * 2 + (is_bf16 ? 1 : 0);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (const Entry& e : entries_)
-        if (e.ctx == ctx && e.variant == variant) return e.function;
+        if (e.ctx == ctx && e.variant == variant) return e.kernel;
     }
     Context& context = Context::instance();
     context.check_hopper(device, function_name(kind));
@@ -183,10 +192,22 @@ class QuantizeKernels {
     spec.header = kQuantizeHeader;
     spec.function = kernel_function(kind, is_bf16);
     spec.parameters = kQuantizeParameters;
-    const CUfunction function = context.runtime().function(*context.runtime().binary(spec));
+    QuantizeKernel kernel;
+    kernel.function = context.runtime().function(*context.runtime().binary(spec));
+    const auto& cu = driver();
+    check_cu(cu.cuDeviceGetAttribute(&kernel.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+             "cuDeviceGetAttribute(SMs)");
+    check_cu(cu.cuDeviceGetAttribute(&kernel.sm_smem.per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+                                     device),
+             "cuDeviceGetAttribute(shared memory per SM)");
+    check_cu(cu.cuDeviceGetAttribute(&kernel.sm_smem.reserved_per_cta,
+                                     CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, device),
+             "cuDeviceGetAttribute(reserved shared memory per block)");
+    check_cu(cu.cuFuncGetAttribute(&kernel.static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function),
+             "cuFuncGetAttribute(static shared memory)");
     std::lock_guard<std::mutex> lock(mutex_);
-    entries_.push_back({ctx, variant, function});
-    return function;
+    entries_.push_back({ctx, variant, kernel});
+    return kernel;
   }
 
   static std::string kernel_function(QuantizeKind kind, bool is_bf16) {
@@ -199,7 +220,7 @@ class QuantizeKernels {
   struct Entry {
     CUcontext ctx;
     int variant;
-    CUfunction function;
+    QuantizeKernel kernel;
   };
   std::mutex mutex_;
   std::vector<Entry> entries_;  // a handful: 4 variants (kind x input type) per context
@@ -215,13 +236,17 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   Context& ctx = Context::instance();
   const int device = ctx.runtime().current_device();
   check_device_pointers(launch, device);
-  const CUfunction function = quantize_kernels().get(launch.kind, launch.is_bf16, device);
+  const QuantizeKernel kernel = quantize_kernels().get(launch.kind, launch.is_bf16, device);
   jit::LaunchShape shape;
   shape.grid_x = launch.grid;
   shape.block_x = launch.kind == QuantizeKind::kPerToken ? device::kPerTokenNumThreads : device::kPerBlockNumThreads;
   shape.pdl = ctx.pdl();
+  if (launch.kind == QuantizeKind::kPerToken)
+    shape.smem_bytes = unsigned(heuristics::quantizer_spread_smem_bytes(launch.grid, shape.pdl, kernel.num_sms,
+                                                                         kernel.sm_smem, kernel.static_smem));
   void* params[] = {const_cast<device::QuantizeArgs*>(&launch.args)};
-  jit::launch_kernel(function, shape, reinterpret_cast<CUstream>(stream), params, "cuLaunchKernelEx(fp8 quantizer)");
+  jit::launch_kernel(kernel.function, shape, reinterpret_cast<CUstream>(stream), params,
+                     "cuLaunchKernelEx(fp8 quantizer)");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "finegemm/device/common/gemm_layout.cuh"
 #include "heuristics/heuristics.hpp"
+#include "heuristics/quantizer_launch.hpp"
 
 namespace fh = finegemm::heuristics;
 using finegemm::GemmKind;
@@ -1079,4 +1080,27 @@ TEST(Heuristics, KGroupedNeverPairsBStages) {
       EXPECT_FALSE(fh::select_config(q, 132, fh::parse_constraints("bpairs=1")).b_pairs) << m << "x" << n;
     }
   }
+}
+
+TEST(Heuristics, QuantizersUnderPdlTakeAnSmPerCta) {
+  // An H200: 228 KiB per SM, 1 KiB reserved per CTA; a kernel without static shared memory.
+  const fh::SmSharedMemory h200{233472, 1024};
+  const int bytes = fh::quantizer_spread_smem_bytes(12, true, 132, h200, 0);
+  // One CTA fits an SM (as the kernels' limit allows: 227 KiB per CTA), two do not.
+  EXPECT_LE(bytes + 1024, 232448);
+  EXPECT_GT(2 * (bytes + 1024), 233472) << bytes;
+  EXPECT_EQ(bytes % 16, 0);
+  // With static shared memory of its own, correspondingly less.
+  const int with_static = fh::quantizer_spread_smem_bytes(12, true, 132, h200, 4096);
+  EXPECT_GT(2 * (with_static + 4096 + 1024), 233472) << with_static;
+  EXPECT_LT(with_static, bytes);
+  // Grids of at most a quarter of the SMs (128 tokens of K = 1536: 12 CTAs; of K = 2048: 16), and only under PDL:
+  // larger grids would hold nearly every SM from the next GEMM, and without PDL the CTAs are placed on SMs the
+  // kernel before has left.
+  EXPECT_GT(fh::quantizer_spread_smem_bytes(33, true, 132, h200, 0), 0);
+  EXPECT_GT(fh::quantizer_spread_smem_bytes(1, true, 132, h200, 0), 0);
+  EXPECT_EQ(fh::quantizer_spread_smem_bytes(34, true, 132, h200, 0), 0);
+  EXPECT_EQ(fh::quantizer_spread_smem_bytes(128, true, 132, h200, 0), 0);
+  EXPECT_EQ(fh::quantizer_spread_smem_bytes(12, false, 132, h200, 0), 0);
+  EXPECT_EQ(fh::quantizer_spread_smem_bytes(0, true, 132, h200, 0), 0);
 }
