@@ -187,9 +187,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                               kb_begin, args.pdl_prefetch_b_blocks);
     }
   }
-  ptx::grid_dependency_wait();
+  // Dense GEMMs know their tiles from their arguments: the tile walk is built, the roles split and the registers
+  // handed over before the wait, and each role waits at its start (the tile publisher before its error report, its
+  // only global access). In a decode chain the CTAs are resident while the quantizer before them runs, so that setup
+  // leaves the path from the quantizer's end to B's first loads. The grouped kinds read their layouts from the walk's
+  // start: every thread waits here.
+  constexpr bool kSetUpBeforeWait = GemmKind(kKind) == GemmKind::kNormal;
+  if constexpr (!kSetUpBeforeWait) ptx::grid_dependency_wait();
 
-  // The tile walk (the grouped kinds read their layout from its start, so after the wait).
   typename Cfg::Scheduler scheduler(args.num_rows, args.num_groups, args.grouped_layout, blockIdx.x / kSplitK,
                                     gridDim.x / kSplitK, args.total_k, args.psum_alignment);
 
@@ -198,16 +203,23 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     const uint32_t producer_warp = warp_idx - Cfg::kNumMathWarps;
     if (producer_warp == 0 && lane_idx == 0) {
+      if constexpr (kSetUpBeforeWait) ptx::grid_dependency_wait();
       load_a_stages<Cfg>(args, smem, scheduler, kb_begin);
     } else if (producer_warp == 2 && lane_idx == 0) {
+      if constexpr (kSetUpBeforeWait) ptx::grid_dependency_wait();
       load_b_stages<Cfg>(args, smem, scheduler, kb_begin);
     } else if (producer_warp == 1) {
+      if constexpr (kSetUpBeforeWait) ptx::grid_dependency_wait();
       stage_scales<Cfg>(args, smem, scheduler, kb_begin, lane_idx);
     } else if (kTileRing && producer_warp == 3 && lane_idx == 0) {
       publish_tiles(scheduler, tile_ring);
-      if (scheduler.error_bits != 0) ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
+      if (scheduler.error_bits != 0) {
+        if constexpr (kSetUpBeforeWait) ptx::grid_dependency_wait();
+        ptx::atomic_or_global(args.error_flags, scheduler.error_bits);
+      }
     }
   } else {
+    if constexpr (kSetUpBeforeWait) ptx::grid_dependency_wait();
     ptx::setmaxnreg_inc<Cfg::kMathRegisters>();
     const uint32_t math_wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
     const uint32_t wg_thread = threadIdx.x % 128;
