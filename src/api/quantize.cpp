@@ -166,12 +166,10 @@ void check_device_pointers(const QuantizeLaunch& launch, int device) {
   check_device_pointer(launch.args.scales, "scales", device, where);
 }
 
-/// A quantizer kernel as loaded in a context, with what its launches need of the device.
+/// A quantizer kernel as loaded in a context.
 struct QuantizeKernel {
   CUfunction function = nullptr;
-  int num_sms = 0;                         ///< the device's SMs
-  heuristics::SmSharedMemory sm_smem;      ///< an SM's shared memory
-  int static_smem = 0;                     ///< the kernel's static shared memory
+  int static_smem = 0;  ///< the kernel's static shared memory
 };
 
 /// The quantizer kernels, compiled (or loaded from the cache) once per variant, their functions kept per context.
@@ -194,16 +192,7 @@ class QuantizeKernels {
     spec.parameters = kQuantizeParameters;
     QuantizeKernel kernel;
     kernel.function = context.runtime().function(*context.runtime().binary(spec));
-    const auto& cu = driver();
-    check_cu(cu.cuDeviceGetAttribute(&kernel.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
-             "cuDeviceGetAttribute(SMs)");
-    check_cu(cu.cuDeviceGetAttribute(&kernel.sm_smem.per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
-                                     device),
-             "cuDeviceGetAttribute(shared memory per SM)");
-    check_cu(cu.cuDeviceGetAttribute(&kernel.sm_smem.reserved_per_cta,
-                                     CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, device),
-             "cuDeviceGetAttribute(reserved shared memory per block)");
-    check_cu(cu.cuFuncGetAttribute(&kernel.static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function),
+    check_cu(driver().cuFuncGetAttribute(&kernel.static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function),
              "cuFuncGetAttribute(static shared memory)");
     std::lock_guard<std::mutex> lock(mutex_);
     entries_.push_back({ctx, variant, kernel});
@@ -241,9 +230,12 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   shape.grid_x = launch.grid;
   shape.block_x = launch.kind == QuantizeKind::kPerToken ? device::kPerTokenNumThreads : device::kPerBlockNumThreads;
   shape.pdl = ctx.pdl();
-  if (launch.kind == QuantizeKind::kPerToken)
-    shape.smem_bytes = unsigned(heuristics::quantizer_spread_smem_bytes(launch.grid, shape.pdl, kernel.num_sms,
-                                                                         kernel.sm_smem, kernel.static_smem));
+  if (launch.kind == QuantizeKind::kPerToken) {
+    const jit::DeviceInfo& info = ctx.runtime().device_info(device);
+    const heuristics::SmSharedMemory sm_smem{info.smem_per_sm, info.reserved_smem_per_cta};
+    shape.smem_bytes = unsigned(
+        heuristics::quantizer_spread_smem_bytes(launch.grid, shape.pdl, info.num_sms, sm_smem, kernel.static_smem));
+  }
   void* params[] = {const_cast<device::QuantizeArgs*>(&launch.args)};
   jit::launch_kernel(kernel.function, shape, reinterpret_cast<CUstream>(stream), params,
                      "cuLaunchKernelEx(fp8 quantizer)");

@@ -183,17 +183,15 @@ CUfunction Runtime::function(const KernelBinary& binary) {
   CUcontext ctx = nullptr;
   check_cu(cu.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   const std::string key = binary.key + "@" + std::to_string(reinterpret_cast<uintptr_t>(ctx));
+  CUdevice device = 0;
+  check_cu(cu.cuCtxGetDevice(&device), "cuCtxGetDevice");
+  const int smem_optin = device_info(int(device)).max_smem_optin;  // takes mutex_ itself
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = functions_.find(key); it != functions_.end()) return it->second;
   CUmodule module = nullptr;
   check_cu(cu.cuModuleLoadData(&module, binary.cubin.data()), "cuModuleLoadData");
   CUfunction fn = nullptr;
   check_cu(cu.cuModuleGetFunction(&fn, module, binary.symbol.c_str()), "cuModuleGetFunction");
-  int device = 0;
-  check_cu(cu.cuCtxGetDevice(&device), "cuCtxGetDevice");
-  int smem_optin = 0;
-  check_cu(cu.cuDeviceGetAttribute(&smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
-           "cuDeviceGetAttribute");
   int static_smem = 0;
   check_cu(cu.cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute");
   check_cu(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_optin - static_smem),
@@ -232,6 +230,11 @@ const DeviceInfo& Runtime::device_info(int ordinal) {
   check_cu(cu.cuDeviceGetAttribute(&info.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
   check_cu(cu.cuDeviceGetAttribute(&info.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
   check_cu(cu.cuDeviceGetAttribute(&info.max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+           "cuDeviceGetAttribute");
+  check_cu(cu.cuDeviceGetAttribute(&info.smem_per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev),
+           "cuDeviceGetAttribute");
+  check_cu(cu.cuDeviceGetAttribute(&info.reserved_smem_per_cta, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+                                   dev),
            "cuDeviceGetAttribute");
   char name[256] = {};
   check_cu(cu.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");

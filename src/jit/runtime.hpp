@@ -51,11 +51,14 @@ struct KernelBinary {
   bool compiled = false;
 };
 
+/// What the library reads of a device, queried once per device (Runtime::device_info).
 struct DeviceInfo {
   int ordinal = 0;
   int num_sms = 0;
   int major = 0, minor = 0;
-  int max_smem_optin = 0;
+  int max_smem_optin = 0;          ///< a CTA's shared memory with the opt-in
+  int smem_per_sm = 0;             ///< an SM's shared memory
+  int reserved_smem_per_cta = 0;   ///< the driver's own shared memory in each CTA
   std::string name;
 };
 
