@@ -183,11 +183,15 @@ CUfunction Runtime::function(const KernelBinary& binary) {
   CUcontext ctx = nullptr;
   check_cu(cu.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   const std::string key = binary.key + "@" + std::to_string(reinterpret_cast<uintptr_t>(ctx));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+  }
   CUdevice device = 0;
   check_cu(cu.cuCtxGetDevice(&device), "cuCtxGetDevice");
   const int smem_optin = device_info(int(device)).max_smem_optin;  // takes mutex_ itself
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+  if (auto it = functions_.find(key); it != functions_.end()) return it->second;  // loaded by another thread meanwhile
   CUmodule module = nullptr;
   check_cu(cu.cuModuleLoadData(&module, binary.cubin.data()), "cuModuleLoadData");
   CUfunction fn = nullptr;
