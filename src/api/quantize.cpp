@@ -169,7 +169,8 @@ void check_device_pointers(const QuantizeLaunch& launch, int device) {
 /// A quantizer kernel as loaded in a context.
 struct QuantizeKernel {
   CUfunction function = nullptr;
-  int static_smem = 0;  ///< the kernel's static shared memory
+  int static_smem = 0;                          ///< the kernel's static shared memory
+  const jit::DeviceInfo* device_info = nullptr;  ///< the context's device (the runtime keeps it for the process)
 };
 
 /// The quantizer kernels, compiled (or loaded from the cache) once per variant, their functions kept per context.
@@ -194,6 +195,7 @@ class QuantizeKernels {
     kernel.function = context.runtime().function(*context.runtime().binary(spec));
     check_cu(driver().cuFuncGetAttribute(&kernel.static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, kernel.function),
              "cuFuncGetAttribute(static shared memory)");
+    kernel.device_info = &context.runtime().device_info(device);
     std::lock_guard<std::mutex> lock(mutex_);
     entries_.push_back({ctx, variant, kernel});
     return kernel;
@@ -231,7 +233,7 @@ void run(const QuantizeLaunch& launch, Stream stream) {
   shape.block_x = launch.kind == QuantizeKind::kPerToken ? device::kPerTokenNumThreads : device::kPerBlockNumThreads;
   shape.pdl = ctx.pdl();
   if (launch.kind == QuantizeKind::kPerToken) {
-    const jit::DeviceInfo& info = ctx.runtime().device_info(device);
+    const jit::DeviceInfo& info = *kernel.device_info;
     const heuristics::SmSharedMemory sm_smem{info.smem_per_sm, info.reserved_smem_per_cta};
     shape.smem_bytes = unsigned(
         heuristics::quantizer_spread_smem_bytes(launch.grid, shape.pdl, info.num_sms, sm_smem, kernel.static_smem));

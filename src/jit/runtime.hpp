@@ -81,6 +81,7 @@ class Runtime {
 
   /// Makes sure a context is current (the device's primary context when none is) and returns its device ordinal.
   int current_device();
+  /// The device's facts, queried on first use; the reference stays valid for the runtime's life.
   const DeviceInfo& device_info(int ordinal);
 
   JitStats stats() const;

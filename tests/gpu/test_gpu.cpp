@@ -811,6 +811,31 @@ TEST_F(Gpu, HostOverheadOfWarmCalls) {
                 driver_runs[1], driver_runs[2], median - driver);
     EXPECT_LE(median, 5.0) << s.kind_name();
   }
+  // The per-token quantization of a decode step's activations (64x7168 bf16 into e4m3 and MN-major scales, as the
+  // GEMM reads them): its tensors are checked on every call (see src/api/quantize.cpp).
+  {
+    constexpr int64_t m = 64, k = 7168, kb = k / 128;
+    const int64_t m_pad = fg::get_tma_aligned_size(m, 4);
+    ft::DeviceBuffer x(size_t(m * k) * 2), a(size_t(m * k)), sa(size_t(kb * m_pad) * 4);
+    FG_CUDA_CHECK(cudaMemset(x.get(), 0, size_t(m * k) * 2));
+    const fg::TensorView vx = fg::TensorView::contiguous(x.get(), fg::DType::kBFloat16, {m, k});
+    const fg::TensorView va = fg::TensorView::contiguous(a.get(), fg::DType::kFloat8E4M3, {m, k});
+    const fg::TensorView vsa = fg::TensorView::strided(sa.get(), fg::DType::kFloat32, {m, kb}, {1, m_pad});
+    const auto quantize = [&](cudaStream_t st) {
+      fg::per_token_cast_to_fp8(vx, va, vsa, reinterpret_cast<fg::Stream>(st));
+    };
+    quantize(stream_);
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double runs[3], driver_runs[3];
+    const double median = median_of_three(quantize, runs);
+    const double driver = median_of_three(launch_empty, driver_runs);
+    std::printf("[overhead] warm per_token_cast_to_fp8 %lldx%lld: %.2f us per call, median of 3 runs of 10000 calls "
+                "(%.2f, %.2f, %.2f); the driver's launch of an empty kernel %.2f us (%.2f, %.2f, %.2f), "
+                "%.2f us below the call\n",
+                static_cast<long long>(m), static_cast<long long>(k), median, runs[0], runs[1], runs[2], driver,
+                driver_runs[0], driver_runs[1], driver_runs[2], median - driver);
+    EXPECT_LE(median, 5.0) << "per_token_cast_to_fp8";
+  }
 }
 
 // Programmatic dependent launch (finegemm::set_pdl): in a chain of per-token quantizations and GEMMs sharing A and
