@@ -1,6 +1,6 @@
 // Entry points of the FP8 quantizers: validate, find the kernel (one JIT instance per kind and input type, its
-// CUfunction cached per context), launch. A warm call costs the validation, three pointer queries and one
-// cuLaunchKernelEx; nothing is allocated and nothing synchronizes.
+// CUfunction cached per context), launch. A warm call costs the validation (which formats no message unless a check
+// fails), three pointer queries and one cuLaunchKernelEx; nothing is allocated and nothing synchronizes.
 #include <cuda.h>
 
 #include <algorithm>
@@ -77,30 +77,30 @@ void expect_aligned(const void* ptr, int64_t bytes, const char* fn, const char* 
 void expect_rows(const TensorView& t, const char* fn, const char* name, int align_bytes) {
   const int last = t.rank - 1;
   check_arg(t.strides[last] == 1 || t.shape[last] <= 1, fn, name, " must be K-contiguous (last stride 1), got ",
-            t.describe());
+            t);
   const int64_t size = dtype_size(t.dtype);
   for (int d = 0; d < last; ++d)
     check_arg(t.strides[d] * size % align_bytes == 0 || t.shape[d] <= 1, fn, name, " stride ", d, " must be a multiple of ",
-              align_bytes, " bytes (vector loads and stores), got ", t.describe());
+              align_bytes, " bytes (vector loads and stores), got ", t);
 }
 
 QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView& out, const TensorView& scales) {
   const char* fn = function_name(kind);
   check(x.dtype == DType::kBFloat16 || x.dtype == DType::kFloat32, Error::Kind::kTypeMismatch, fn,
-        "x must be bfloat16 or float32, got ", x.describe());
+        "x must be bfloat16 or float32, got ", x);
   check(out.dtype == DType::kFloat8E4M3, Error::Kind::kTypeMismatch, fn, "out must be float8_e4m3fn, got ",
-        out.describe());
+        out);
   check(scales.dtype == DType::kFloat32, Error::Kind::kTypeMismatch, fn, "scales must be float32, got ",
-        scales.describe());
-  check_arg(x.rank == 2 || x.rank == 3, fn, "x must have rank 2 ([rows, K]) or 3 ([G, rows, K]), got ", x.describe());
+        scales);
+  check_arg(x.rank == 2 || x.rank == 3, fn, "x must have rank 2 ([rows, K]) or 3 ([G, rows, K]), got ", x);
   for (int d = 0; d < x.rank; ++d)
     check_arg(x.shape[d] >= 0 && x.shape[d] <= kMaxDim && x.strides[d] >= 0, fn, "x has an invalid size or stride: ",
-              x.describe());
+              x);
   check_arg(out.rank == x.rank && std::equal(out.shape, out.shape + x.rank, x.shape), fn,
-            "out must have the shape of x ", x.describe(), ", got ", out.describe());
+            "out must have the shape of x ", x, ", got ", out);
   check_arg(std::all_of(out.strides, out.strides + out.rank, [](int64_t s) { return s >= 0; }) &&
                 std::all_of(scales.strides, scales.strides + scales.rank, [](int64_t s) { return s >= 0; }),
-            fn, "strides must be non-negative: out ", out.describe(), ", scales ", scales.describe());
+            fn, "strides must be non-negative: out ", out, ", scales ", scales);
 
   const bool grouped = x.rank == 3;
   const int row_dim = grouped ? 1 : 0;
@@ -112,8 +112,9 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
                                 : (grouped ? "[G, ceil(N/128), ceil(K/128)]" : "[ceil(N/128), ceil(K/128)]");
   const bool scale_shape_ok = scales.rank == x.rank && (!grouped || scales.shape[0] == groups) &&
                               scales.shape[row_dim] == scale_rows && scales.shape[row_dim + 1] == k_blocks;
-  check_arg(scale_shape_ok, fn, "scales must have shape ", scale_shape, " = [", grouped ? std::to_string(groups) + ", " : "",
-            scale_rows, ", ", k_blocks, "] for x ", x.describe(), ", got ", scales.describe());
+  if (!scale_shape_ok) [[unlikely]]
+    fail(Error::Kind::kInvalidArgument, fn, "scales must have shape ", scale_shape, " = [",
+         grouped ? std::to_string(groups) + ", " : "", scale_rows, ", ", k_blocks, "] for x ", x, ", got ", scales);
   check_arg(cols % device::kQuantColumnAlign == 0, fn, "K must be a multiple of ", device::kQuantColumnAlign,
             ", got K=", cols);
 
@@ -124,8 +125,8 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
 
   expect_rows(x, fn, "x", kInputAlignBytes);
   expect_rows(out, fn, "out", kOutputAlignBytes);
-  check_arg(non_overlapping(out), fn, "out has overlapping rows: ", out.describe());
-  check_arg(non_overlapping(scales), fn, "scales has overlapping elements: ", scales.describe());
+  check_arg(non_overlapping(out), fn, "out has overlapping rows: ", out);
+  check_arg(non_overlapping(scales), fn, "scales has overlapping elements: ", scales);
   expect_aligned(x.data, kInputAlignBytes, fn, "x");
   expect_aligned(out.data, kOutputAlignBytes, fn, "out");
   expect_aligned(scales.data, 4, fn, "scales");
@@ -134,7 +135,7 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
   // block. Both kernels index items and CTAs with 32 bits.
   const int64_t num_blocks = groups * scale_rows * k_blocks;
   check_arg(num_blocks <= kMaxGrid, fn, "x has too many scale blocks for one launch (", num_blocks,
-            "): split it, got ", x.describe());
+            "): split it, got ", x);
   const int64_t num_items = groups * ceil_div(rows, device::kQuantRowsPerThread) * k_blocks;
   const int64_t grid =
       kind == QuantizeKind::kPerToken ? ceil_div(num_items, device::kPerTokenItemsPerCta) : num_blocks;

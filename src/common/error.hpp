@@ -10,10 +10,18 @@
 namespace finegemm {
 
 namespace detail {
+/// A part of a message; a TensorView is described here, when a message is built, so that a check that passes (a warm
+/// call's) formats nothing: pass the view itself, not its describe().
+inline void append(std::ostream& os, const TensorView& t) { os << t.describe(); }
+template <typename T>
+void append(std::ostream& os, const T& part) {
+  os << part;
+}
+
 template <typename... Args>
-std::string concat(Args&&... args) {
+std::string concat(const Args&... args) {
   std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
+  (append(os, args), ...);
   return os.str();
 }
 }  // namespace detail
