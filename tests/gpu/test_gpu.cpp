@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <atomic>
 #include <climits>
@@ -791,6 +792,20 @@ TEST_F(Gpu, HostOverheadOfWarmCalls) {
     for (int i = 0; i < 3; ++i) runs[i] = ft::host_overhead_us(enqueue, stream_, 10000);
     return ft::summarize_samples(std::vector<double>(runs, runs + 3)).median;
   };
+  // Times warm calls of `enqueue` (after one call that compiles and plans) beside the empty launch, prints both and
+  // bounds the call.
+  const auto time_warm_calls = [&](const std::string& label, const std::function<void(cudaStream_t)>& enqueue) {
+    enqueue(stream_);
+    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double runs[3], driver_runs[3];
+    const double median = median_of_three(enqueue, runs);
+    const double driver = median_of_three(launch_empty, driver_runs);
+    std::printf("[overhead] warm %s: %.2f us per call, median of 3 runs of 10000 calls (%.2f, %.2f, %.2f); the "
+                "driver's launch of an empty kernel %.2f us (%.2f, %.2f, %.2f), %.2f us below the call\n",
+                label.c_str(), median, runs[0], runs[1], runs[2], driver, driver_runs[0], driver_runs[1],
+                driver_runs[2], median - driver);
+    EXPECT_LE(median, 5.0) << label;
+  };
   const ft::ProblemShape shapes[] = {shape(GemmKind::kNormal, 1, 64, 7168, 2048),
                                      shape(GemmKind::kGroupedContiguous, 8, 64, 4096, 7168),
                                      shape(GemmKind::kGroupedContiguousPsum, 8, 64, 4096, 7168),
@@ -798,44 +813,22 @@ TEST_F(Gpu, HostOverheadOfWarmCalls) {
   for (const auto& s : shapes) {
     ft::ProblemOptions opt;
     ft::GemmProblem p(s, opt);
-    p.run(false, stream_);
-    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    double runs[3], driver_runs[3];
-    const double median = median_of_three([&](cudaStream_t st) { p.run(false, st); }, runs);
-    const double driver = median_of_three(launch_empty, driver_runs);
-    std::printf("[overhead] warm %s %dx%lldx%lldx%lld: %.2f us per call, median of 3 runs of 10000 calls "
-                "(%.2f, %.2f, %.2f); the driver's launch of an empty kernel %.2f us (%.2f, %.2f, %.2f), "
-                "%.2f us below the call\n",
-                s.kind_name(), s.groups, static_cast<long long>(s.m), static_cast<long long>(s.n),
-                static_cast<long long>(s.k), median, runs[0], runs[1], runs[2], driver, driver_runs[0],
-                driver_runs[1], driver_runs[2], median - driver);
-    EXPECT_LE(median, 5.0) << s.kind_name();
+    time_warm_calls(std::string(s.kind_name()) + " " + std::to_string(s.groups) + "x" + std::to_string(s.m) + "x" +
+                        std::to_string(s.n) + "x" + std::to_string(s.k),
+                    [&](cudaStream_t st) { p.run(false, st); });
   }
   // The per-token quantization of a decode step's activations (64x7168 bf16 into e4m3 and MN-major scales, as the
-  // GEMM reads them): its tensors are checked on every call (see src/api/quantize.cpp).
-  {
-    constexpr int64_t m = 64, k = 7168, kb = k / 128;
-    const int64_t m_pad = fg::get_tma_aligned_size(m, 4);
-    ft::DeviceBuffer x(size_t(m * k) * 2), a(size_t(m * k)), sa(size_t(kb * m_pad) * 4);
-    FG_CUDA_CHECK(cudaMemset(x.get(), 0, size_t(m * k) * 2));
-    const fg::TensorView vx = fg::TensorView::contiguous(x.get(), fg::DType::kBFloat16, {m, k});
-    const fg::TensorView va = fg::TensorView::contiguous(a.get(), fg::DType::kFloat8E4M3, {m, k});
-    const fg::TensorView vsa = fg::TensorView::strided(sa.get(), fg::DType::kFloat32, {m, kb}, {1, m_pad});
-    const auto quantize = [&](cudaStream_t st) {
-      fg::per_token_cast_to_fp8(vx, va, vsa, reinterpret_cast<fg::Stream>(st));
-    };
-    quantize(stream_);
-    FG_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    double runs[3], driver_runs[3];
-    const double median = median_of_three(quantize, runs);
-    const double driver = median_of_three(launch_empty, driver_runs);
-    std::printf("[overhead] warm per_token_cast_to_fp8 %lldx%lld: %.2f us per call, median of 3 runs of 10000 calls "
-                "(%.2f, %.2f, %.2f); the driver's launch of an empty kernel %.2f us (%.2f, %.2f, %.2f), "
-                "%.2f us below the call\n",
-                static_cast<long long>(m), static_cast<long long>(k), median, runs[0], runs[1], runs[2], driver,
-                driver_runs[0], driver_runs[1], driver_runs[2], median - driver);
-    EXPECT_LE(median, 5.0) << "per_token_cast_to_fp8";
-  }
+  // GEMM reads them): validated on every call, its pointers asked about once (src/api/quantize.cpp).
+  constexpr int64_t m = 64, k = 7168, kb = k / 128;
+  const int64_t m_pad = fg::get_tma_aligned_size(m, 4);
+  ft::DeviceBuffer x(size_t(m * k) * 2), a(size_t(m * k)), sa(size_t(kb * m_pad) * 4);
+  FG_CUDA_CHECK(cudaMemset(x.get(), 0, size_t(m * k) * 2));
+  const fg::TensorView vx = fg::TensorView::contiguous(x.get(), fg::DType::kBFloat16, {m, k});
+  const fg::TensorView va = fg::TensorView::contiguous(a.get(), fg::DType::kFloat8E4M3, {m, k});
+  const fg::TensorView vsa = fg::TensorView::strided(sa.get(), fg::DType::kFloat32, {m, kb}, {1, m_pad});
+  time_warm_calls("per_token_cast_to_fp8 64x7168", [&](cudaStream_t st) {
+    fg::per_token_cast_to_fp8(vx, va, vsa, reinterpret_cast<fg::Stream>(st));
+  });
 }
 
 // Programmatic dependent launch (finegemm::set_pdl): in a chain of per-token quantizations and GEMMs sharing A and
