@@ -17,57 +17,45 @@ constexpr int kMaxGroups = 1 << 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The message is built only when the check fails: a warm call must not format strings.
-#define FG_EXPECT(cond, fn, message)                                                       \
-  do {                                                                                     \
-    if (!(cond)) [[unlikely]]                                                              \
-      throw Error(Error::Kind::kInvalidArgument, fn, message);                             \
-  } while (0)
-
 void expect_tensor(const TensorView& t, const char* fn, const char* name, DType dtype, int rank) {
-  if (t.dtype != dtype) [[unlikely]]
-    throw Error(Error::Kind::kTypeMismatch, fn, detail::concat(name, " must be ", dtype_name(dtype), ", got ", t.describe()));
-  FG_EXPECT(t.rank == rank, fn, detail::concat(name, " must have rank ", rank, ", got ", t.describe()));
+  check(t.dtype == dtype, Error::Kind::kTypeMismatch, fn, name, " must be ", dtype_name(dtype), ", got ", t);
+  check_arg(t.rank == rank, fn, name, " must have rank ", rank, ", got ", t);
   for (int d = 0; d < rank; ++d) {
-    FG_EXPECT(t.shape[d] >= 0 && t.shape[d] <= kMaxDim, fn,
-           detail::concat(name, " has an invalid size in dimension ", d, ": ", t.describe()));
-    FG_EXPECT(t.strides[d] >= 0, fn, detail::concat(name, " has a negative stride: ", t.describe()));
+    check_arg(t.shape[d] >= 0 && t.shape[d] <= kMaxDim, fn, name, " has an invalid size in dimension ", d, ": ", t);
+    check_arg(t.strides[d] >= 0, fn, name, " has a negative stride: ", t);
   }
-  if (t.numel() > 0) FG_EXPECT(t.data != nullptr, fn, detail::concat(name, " is a null pointer"));
+  if (t.numel() > 0) check_arg(t.data != nullptr, fn, name, " is a null pointer");
 }
 
 void expect_aligned(const void* ptr, int bytes, const char* fn, const char* name) {
-  FG_EXPECT(reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0, fn,
-         detail::concat(name, " must be ", bytes, "-byte aligned (TMA rule), got address ", ptr));
+  check_arg(reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0, fn, name, " must be ", bytes,
+            "-byte aligned (TMA rule), got address ", ptr);
 }
 
 void expect_dims(const TensorView& t, std::initializer_list<int64_t> dims, const char* fn, const char* name,
                  const char* expected) {
   int d = 0;
   for (int64_t want : dims) {
-    FG_EXPECT(t.shape[d] == want, fn,
-           detail::concat(name, " must have shape ", expected, ", got ", t.describe(), " (dimension ", d, " should be ",
-                          want, ")"));
+    check_arg(t.shape[d] == want, fn, name, " must have shape ", expected, ", got ", t, " (dimension ", d,
+              " should be ", want, ")");
     ++d;
   }
 }
 
 void check_n_k(int64_t n, int64_t k, const char* fn) {
-  FG_EXPECT(n > 0 && n % 8 == 0, fn,
-         detail::concat("N must be a positive multiple of 8 (16-byte row stride of the bf16 output), got N=", n));
-  FG_EXPECT(k > 0 && k % 16 == 0, fn,
-         detail::concat("K must be a positive multiple of 16 (16-byte row stride of the fp8 inputs), got K=", k));
+  check_arg(n > 0 && n % 8 == 0, fn,
+            "N must be a positive multiple of 8 (16-byte row stride of the bf16 output), got N=", n);
+  check_arg(k > 0 && k % 16 == 0, fn,
+            "K must be a positive multiple of 16 (16-byte row stride of the fp8 inputs), got K=", k);
 }
 
 /// A row-major fp8 matrix view [rows, K] (last dim contiguous, row stride a multiple of 16 bytes).
 int64_t fp8_row_stride(const TensorView& t, int dim, const char* fn, const char* name) {
-  FG_EXPECT(t.strides[dim + 1] == 1, fn, detail::concat(name, " must be K-contiguous (last stride 1), got ", t.describe()));
+  check_arg(t.strides[dim + 1] == 1, fn, name, " must be K-contiguous (last stride 1), got ", t);
   const int64_t stride = t.strides[dim];
-  FG_EXPECT(stride >= t.shape[dim + 1] || t.shape[dim] <= 1, fn,
-         detail::concat(name, " rows overlap: row stride < K in ", t.describe()));
-  FG_EXPECT(stride % 16 == 0, fn,
-         detail::concat(name, " row stride must be a multiple of 16 bytes (TMA rule), got ", stride, " in ",
-                        t.describe()));
+  check_arg(stride >= t.shape[dim + 1] || t.shape[dim] <= 1, fn, name, " rows overlap: row stride < K in ", t);
+  check_arg(stride % 16 == 0, fn, name, " row stride must be a multiple of 16 bytes (TMA rule), got ", stride, " in ",
+            t);
   return stride;
 }
 
@@ -89,11 +77,11 @@ int64_t sa_layout_2d(const TensorView& sa, int64_t rows, int64_t kb, int64_t sin
   }
   if (s0 == 1 && s1 >= rows)
     fail(Error::Kind::kInvalidArgument, fn, "SA is MN-major but its K-block stride M_pad=", s1,
-         " is not a multiple of 4 (TMA needs 16-byte strides): ", sa.describe(),
+         " is not a multiple of 4 (TMA needs 16-byte strides): ", sa,
          "; allocate it with M_pad = get_tma_aligned_size(M, 4) (masked [G, M_max, KB] scales with strides "
          "{M_max*KB, 1, M_max} need M_max % 4 == 0), convert it (get_mn_major_tma_aligned_tensor in Python) or pass "
          "it K-major");
-  fail(Error::Kind::kInvalidArgument, fn, "SA layout not supported: ", sa.describe(),
+  fail(Error::Kind::kInvalidArgument, fn, "SA layout not supported: ", sa,
        "; pass it MN-major and TMA-aligned (strides {1, M_pad} with M_pad = get_tma_aligned_size(M, 4), free) or "
        "K-major (strides {ld >= KB, 1})");
 }
@@ -102,11 +90,11 @@ void check_sb(const TensorView& sb, int groups, int64_t nb, int64_t kb, const ch
   expect_tensor(sb, fn, "SB", DType::kFloat32, grouped ? 3 : 2);
   if (grouped) {
     expect_dims(sb, {groups, nb, kb}, fn, "SB", "[G, ceil(N/128), ceil(K/128)]");
-    FG_EXPECT(sb.strides[2] == 1 && sb.strides[1] == kb && (sb.strides[0] == nb * kb || groups == 1), fn,
-           detail::concat("SB must be contiguous, got ", sb.describe()));
+    check_arg(sb.strides[2] == 1 && sb.strides[1] == kb && (sb.strides[0] == nb * kb || groups == 1), fn,
+              "SB must be contiguous, got ", sb);
   } else {
     expect_dims(sb, {nb, kb}, fn, "SB", "[ceil(N/128), ceil(K/128)]");
-    FG_EXPECT(sb.strides[1] == 1 && sb.strides[0] == kb, fn, detail::concat("SB must be contiguous, got ", sb.describe()));
+    check_arg(sb.strides[1] == 1 && sb.strides[0] == kb, fn, "SB must be contiguous, got ", sb);
   }
   expect_aligned(sb.data, 4, fn, "SB");
 }
@@ -116,11 +104,10 @@ void check_out_2d(const TensorView& d, int64_t rows, int64_t n, const char* fn, 
                   int64_t* ld) {
   expect_tensor(d, fn, name, dtype, 2);
   expect_dims(d, {rows, n}, fn, name, "[M, N]");
-  FG_EXPECT(d.strides[1] == 1, fn, detail::concat(name, " must be N-contiguous (last stride 1), got ", d.describe()));
+  check_arg(d.strides[1] == 1, fn, name, " must be N-contiguous (last stride 1), got ", d);
   const int64_t per_16_bytes = 16 / dtype_size(dtype);
-  FG_EXPECT(d.strides[0] >= n && d.strides[0] % per_16_bytes == 0, fn,
-            detail::concat(name, " row stride must be >= N and a multiple of ", per_16_bytes,
-                           " elements (16 bytes), got ", d.describe()));
+  check_arg(d.strides[0] >= n && d.strides[0] % per_16_bytes == 0, fn, name,
+            " row stride must be >= N and a multiple of ", per_16_bytes, " elements (16 bytes), got ", d);
   expect_aligned(d.data, 16, fn, name);
   *ld = d.strides[0];
 }
@@ -130,20 +117,18 @@ void check_grouped_b(const TensorView& b, int64_t* n, int64_t* k, int* groups, c
   *groups = int(b.shape[0]);
   *n = b.shape[1];
   *k = b.shape[2];
-  FG_EXPECT(*groups >= 1 && *groups <= kMaxGroups, fn,
-         detail::concat("B must hold 1..", kMaxGroups, " groups, got ", b.describe()));
-  FG_EXPECT(b.strides[2] == 1 && b.strides[1] == *k && (b.strides[0] == *n * *k || *groups == 1), fn,
-         detail::concat("B [G, N, K] must be contiguous, got ", b.describe()));
-  FG_EXPECT(*n * *groups <= kMaxDim, fn, "G * N exceeds 2^31 - 1");
+  check_arg(*groups >= 1 && *groups <= kMaxGroups, fn, "B must hold 1..", kMaxGroups, " groups, got ", b);
+  check_arg(b.strides[2] == 1 && b.strides[1] == *k && (b.strides[0] == *n * *k || *groups == 1), fn,
+            "B [G, N, K] must be contiguous, got ", b);
+  check_arg(*n * *groups <= kMaxDim, fn, "G * N exceeds 2^31 - 1");
   expect_aligned(b.data, 16, fn, "B");
 }
 
 /// The row alignment of the contiguous layouts' groups: 128, 64 or 32; the m_indices layout 128 or 64 (its tiles hold
 /// one expert from their first row on, and the smallest tiles are 64 rows).
 void check_m_alignment(int m_alignment, GemmKind kind, const char* fn) {
-  FG_EXPECT(m_alignment == 128 || m_alignment == 64 || m_alignment == 32, fn,
-            detail::concat("m_alignment (the rows each group's start is a multiple of) must be 128, 64 or 32, got ",
-                           m_alignment));
+  check_arg(m_alignment == 128 || m_alignment == 64 || m_alignment == 32, fn,
+            "m_alignment (the rows each group's start is a multiple of) must be 128, 64 or 32, got ", m_alignment);
   if (kind == GemmKind::kGroupedContiguous && m_alignment == 32) [[unlikely]]
     throw Error(Error::Kind::kUnsupported, fn,
                 "the contiguous layout with m_indices runs with 128- or 64-row alignment (64: on 64-row tiles), got "
@@ -155,30 +140,28 @@ void check_m_alignment(int m_alignment, GemmKind kind, const char* fn) {
 
 void check_problem(const Problem& p) {
   const char* fn = "is_supported";
-  FG_EXPECT(p.m >= 0 && p.m <= kMaxDim, fn, detail::concat("M must be in [0, 2^31), got M=", p.m));
+  check_arg(p.m >= 0 && p.m <= kMaxDim, fn, "M must be in [0, 2^31), got M=", p.m);
   check_n_k(p.n, p.k, fn);
-  FG_EXPECT(p.num_groups >= 1 && p.num_groups <= kMaxGroups, fn,
-         detail::concat("the number of groups must be in [1, ", kMaxGroups, "], got ", p.num_groups));
+  check_arg(p.num_groups >= 1 && p.num_groups <= kMaxGroups, fn, "the number of groups must be in [1, ", kMaxGroups,
+            "], got ", p.num_groups);
   if (p.kind == GemmKind::kGroupedMasked || p.kind == GemmKind::kGroupedContiguousPsum) {
-    FG_EXPECT(p.m >= 1, fn, detail::concat("expected_m must be >= 1, got ", p.m));
+    check_arg(p.m >= 1, fn, "expected_m must be >= 1, got ", p.m);
   }
   check_m_alignment(p.m_alignment, p.kind, fn);
-  FG_EXPECT(p.d_dtype == DType::kBFloat16 || p.d_dtype == DType::kFloat32, fn,
-            detail::concat("the output is bfloat16 or float32, got ", dtype_name(p.d_dtype)));
+  check_arg(p.d_dtype == DType::kBFloat16 || p.d_dtype == DType::kFloat32, fn,
+            "the output is bfloat16 or float32, got ", dtype_name(p.d_dtype));
   if (p.kind == GemmKind::kGroupedK) {
-    FG_EXPECT(p.m > 0 && p.m % 8 == 0, fn,
-              detail::concat("K-grouped: M must be a positive multiple of 8 (16-byte strides of the scales), got M=",
-                             p.m));
-    FG_EXPECT(p.sb_per_row && p.d_dtype == DType::kFloat32 && p.accumulate && p.c_is_d, fn,
+    check_arg(p.m > 0 && p.m % 8 == 0, fn,
+              "K-grouped: M must be a positive multiple of 8 (16-byte strides of the scales), got M=", p.m);
+    check_arg(p.sb_per_row && p.d_dtype == DType::kFloat32 && p.accumulate && p.c_is_d, fn,
               "K-grouped: 1x128 scales of B (sb_per_row), a float32 D and accumulation into D (accumulate, c_is_d) "
               "are how the kernel runs (no accumulation: D is zeroed first)");
-    FG_EXPECT(p.k % 128 == 0, fn,
-              detail::concat("K-grouped: the expected K per group must be a multiple of 128, got K=", p.k));
+    check_arg(p.k % 128 == 0, fn, "K-grouped: the expected K per group must be a multiple of 128, got K=", p.k);
     return;
   }
-  FG_EXPECT(p.kind == GemmKind::kNormal || (!p.sb_per_row && p.d_dtype == DType::kBFloat16 && !p.accumulate), fn,
+  check_arg(p.kind == GemmKind::kNormal || (!p.sb_per_row && p.d_dtype == DType::kBFloat16 && !p.accumulate), fn,
             "1x128 scales of B, fp32 outputs and accumulation are for dense GEMMs (gemm_fp8_fp8_nt)");
-  FG_EXPECT(!p.accumulate || p.d_dtype == DType::kFloat32, fn, "accumulation (D = C + A x B^T) needs a float32 D");
+  check_arg(!p.accumulate || p.d_dtype == DType::kFloat32, fn, "accumulation (D = C + A x B^T) needs a float32 D");
 }
 
 namespace {
@@ -188,7 +171,7 @@ namespace {
 void check_activations_2d(const TensorView& a, const TensorView& sa, const TensorView& d, const char* fn,
                           const char* sa_shape, GemmCall& c) {
   c.rows = c.a_rows = a.shape[0];
-  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", K of B is ", c.k));
+  check_arg(a.shape[1] == c.k, fn, "A and B must share K: A is ", a, ", K of B is ", c.k);
   check_n_k(c.n, c.k, fn);
   const int64_t kb = ceil_div(c.k, 128);
   c.lda = fp8_row_stride(a, 0, fn, "A");
@@ -208,9 +191,9 @@ GemmCall check_dense_operands(const TensorView& a, const TensorView& sa, const T
   c.d_dtype = d_dtype;
   c.n = b.shape[0];
   c.k = b.shape[1];
-  FG_EXPECT(a.shape[1] == c.k, fn, detail::concat("A and B must share K: A is ", a.describe(), ", B is ", b.describe()));
+  check_arg(a.shape[1] == c.k, fn, "A and B must share K: A is ", a, ", B is ", b);
   check_activations_2d(a, sa, d, fn, "[M, ceil(K/128)]", c);
-  FG_EXPECT(fp8_row_stride(b, 0, fn, "B") == c.k, fn, detail::concat("B must be contiguous [N, K], got ", b.describe()));
+  check_arg(fp8_row_stride(b, 0, fn, "B") == c.k, fn, "B must be contiguous [N, K], got ", b);
   return c;
 }
 
@@ -266,31 +249,29 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
   expect_tensor(a, fn, "A", DType::kFloat8E4M3, 2);
   expect_tensor(b, fn, "B", DType::kFloat8E4M3, 2);
   expect_tensor(sa, fn, "SA", DType::kFloat32, 2);
-  FG_EXPECT(d.dtype == DType::kBFloat16 || d.dtype == DType::kFloat32, fn,
-            detail::concat("D must be bfloat16 or float32, got ", d.describe()));
+  check_arg(d.dtype == DType::kBFloat16 || d.dtype == DType::kFloat32, fn, "D must be bfloat16 or float32, got ", d);
   GemmCall c = check_dense_operands(a, sa, b, d, d.dtype, fn);
   const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
   expect_tensor(sb, fn, "SB", DType::kFloat32, 2);
   c.sb_per_row = sb.shape[0] == c.n;
   if (c.sb_per_row) {
     expect_dims(sb, {c.n, kb}, fn, "SB", "[N, ceil(K/128)] (1x128 blocks of B)");
-    FG_EXPECT(sb.strides[0] == 1 && sb.strides[1] >= c.n && sb.strides[1] % 4 == 0, fn,
-              detail::concat("1x128 SB must be MN-major and TMA-aligned (strides {1, N_pad}, N_pad >= N a multiple "
-                             "of 4), got ",
-                             sb.describe(), "; convert it (get_mn_major_tma_aligned_tensor in Python)"));
+    check_arg(sb.strides[0] == 1 && sb.strides[1] >= c.n && sb.strides[1] % 4 == 0, fn,
+              "1x128 SB must be MN-major and TMA-aligned (strides {1, N_pad}, N_pad >= N a multiple "
+              "of 4), got ",
+              sb, "; convert it (get_mn_major_tma_aligned_tensor in Python)");
     expect_aligned(sb.data, 16, fn, "SB");
     c.ld_sb = sb.strides[1];
   } else {
-    FG_EXPECT(sb.shape[0] == nb, fn,
-              detail::concat("SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 "
-                             "blocks) with N=",
-                             c.n, ", got ", sb.describe()));
+    check_arg(sb.shape[0] == nb, fn,
+              "SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 "
+              "blocks) with N=",
+              c.n, ", got ", sb);
     check_sb(sb, 1, nb, kb, fn, false);
   }
   if (c_view != nullptr) {
     const TensorView& cv = *c_view;
-    FG_EXPECT(d.dtype == DType::kFloat32, fn,
-              detail::concat("C (D = C + A x B^T) needs a float32 D, got ", d.describe()));
+    check_arg(d.dtype == DType::kFloat32, fn, "C (D = C + A x B^T) needs a float32 D, got ", d);
     check_out_2d(cv, c.rows, c.n, fn, "C", DType::kFloat32, &c.ld_c);
     if (cv.data != d.data) {
       // C other than D must not overlap it: the kernel reads C's tiles while other tiles of D are written.
@@ -299,13 +280,12 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
       };
       const bool disjoint = c.rows == 0 || bytes_end(cv) <= static_cast<const char*>(d.data) ||
                             bytes_end(d) <= static_cast<const char*>(cv.data);
-      FG_EXPECT(disjoint, fn,
-                detail::concat("C overlaps D without being D: pass c = d (the same tensor) or a separate tensor, got "
-                               "C ",
-                               cv.describe(), " and D ", d.describe()));
+      check_arg(disjoint, fn,
+                "C overlaps D without being D: pass c = d (the same tensor) or a separate tensor, got "
+                "C ",
+                cv, " and D ", d);
     } else {
-      FG_EXPECT(c.ld_c == c.ld_d, fn,
-                detail::concat("C is D's memory with another row stride: C ", cv.describe(), ", D ", d.describe()));
+      check_arg(c.ld_c == c.ld_d, fn, "C is D's memory with another row stride: C ", cv, ", D ", d);
     }
     c.c = cv.data;
   }
@@ -318,9 +298,8 @@ GemmCall validate_contiguous(const TensorView& a, const TensorView& sa, const Te
                              const TensorView& d, const TensorView& m_indices, int m_alignment) {
   const char* fn = "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous";
   GemmCall c = check_contiguous(a, sa, b, sb, d, m_indices, "m_indices", GemmKind::kGroupedContiguous, m_alignment, fn);
-  FG_EXPECT(m_indices.shape[0] == c.rows && (m_indices.strides[0] == 1 || c.rows == 1), fn,
-            detail::concat("m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ",
-                           m_indices.describe()));
+  check_arg(m_indices.shape[0] == c.rows && (m_indices.strides[0] == 1 || c.rows == 1), fn,
+            "m_indices must be a contiguous int32 [M_sum] with M_sum=", c.rows, ", got ", m_indices);
   expect_aligned(m_indices.data, 4, fn, "m_indices");
   set_tensors(c, a, sa, b, sb, d, m_indices.data);
   return c;
@@ -333,15 +312,13 @@ GemmCall validate_contiguous_psum(const TensorView& a, const TensorView& sa, con
   GemmCall c =
       check_contiguous(a, sa, b, sb, d, group_ends, "group_ends", GemmKind::kGroupedContiguousPsum, m_alignment, fn);
   // The kernel rounds group starts up in 32-bit rows (at most M_sum + 254 before the rounding).
-  FG_EXPECT(c.rows <= kMaxDim - 256, fn,
-            detail::concat("M_sum must be below 2^31 - 256 for the psum layout, got M_sum=", c.rows));
-  FG_EXPECT(group_ends.shape[0] == c.num_groups && (group_ends.strides[0] == 1 || c.num_groups == 1), fn,
-            detail::concat("group_ends must be a contiguous int32 [G] holding the end row of each of B's G=",
-                           c.num_groups, " groups, got ", group_ends.describe()));
+  check_arg(c.rows <= kMaxDim - 256, fn, "M_sum must be below 2^31 - 256 for the psum layout, got M_sum=", c.rows);
+  check_arg(group_ends.shape[0] == c.num_groups && (group_ends.strides[0] == 1 || c.num_groups == 1), fn,
+            "group_ends must be a contiguous int32 [G] holding the end row of each of B's G=", c.num_groups,
+            " groups, got ", group_ends);
   expect_aligned(group_ends.data, 4, fn, "group_ends");
-  FG_EXPECT(expected_m >= 0, fn,
-            detail::concat("expected_m must be >= 0 (a hint of the typical rows per group; 0: M_sum / G), got ",
-                           expected_m));
+  check_arg(expected_m >= 0, fn, "expected_m must be >= 0 (a hint of the typical rows per group; 0: M_sum / G), got ",
+            expected_m);
   // No hint: the rows spread evenly over the groups.
   c.expected_m = expected_m > 0 ? expected_m : std::max<int64_t>(1, ceil_div(c.rows, c.num_groups));
   set_tensors(c, a, sa, b, sb, d, group_ends.data);
@@ -361,44 +338,36 @@ GemmCall validate_k_grouped(const TensorView& a, const TensorView& sa, const Ten
   GemmCall c;
   c.kind = GemmKind::kGroupedK;
   const int64_t groups = d.shape[0], m = d.shape[1], n = d.shape[2];
-  FG_EXPECT(groups >= 1 && groups <= kMaxGroups, fn,
-            detail::concat("D must be float32 [G, M, N] with 1 <= G <= ", kMaxGroups, ", got ", d.describe()));
-  FG_EXPECT(int64_t(ks.size()) == groups, fn,
-            detail::concat("ks must hold one K per group of D (G=", groups, "), got ", ks.size(), " values"));
-  FG_EXPECT(m > 0 && m % 8 == 0, fn,
-            detail::concat("M must be a positive multiple of 8 (16-byte strides of SA and D), got M=", m, " in D ",
-                           d.describe()));
-  FG_EXPECT(n > 0 && n % 8 == 0, fn,
-            detail::concat("N must be a positive multiple of 8 (16-byte strides of SB and D), got N=", n, " in D ",
-                           d.describe()));
-  FG_EXPECT(d.strides[2] == 1 && d.strides[1] == n && (d.strides[0] == m * n || groups == 1), fn,
-            detail::concat("D must be a contiguous float32 [G, M, N], got ", d.describe()));
+  check_arg(groups >= 1 && groups <= kMaxGroups, fn, "D must be float32 [G, M, N] with 1 <= G <= ", kMaxGroups,
+            ", got ", d);
+  check_arg(int64_t(ks.size()) == groups, fn, "ks must hold one K per group of D (G=", groups, "), got ", ks.size(),
+            " values");
+  check_arg(m > 0 && m % 8 == 0, fn, "M must be a positive multiple of 8 (16-byte strides of SA and D), got M=", m,
+            " in D ", d);
+  check_arg(n > 0 && n % 8 == 0, fn, "N must be a positive multiple of 8 (16-byte strides of SB and D), got N=", n,
+            " in D ", d);
+  check_arg(d.strides[2] == 1 && d.strides[1] == n && (d.strides[0] == m * n || groups == 1), fn,
+            "D must be a contiguous float32 [G, M, N], got ", d);
   int64_t sum_k = 0;
   for (size_t g = 0; g < ks.size(); ++g) {
-    FG_EXPECT(ks[g] >= 0 && ks[g] % 128 == 0, fn,
-              detail::concat("every K_g must be a multiple of 128 (0 for an expert without tokens), got ks[", g,
-                             "]=", ks[g]));
+    check_arg(ks[g] >= 0 && ks[g] % 128 == 0, fn,
+              "every K_g must be a multiple of 128 (0 for an expert without tokens), got ks[", g, "]=", ks[g]);
     sum_k += ks[g];
-    FG_EXPECT(sum_k <= kMaxDim, fn, detail::concat("the sum of ks must be below 2^31, got more at ks[", g, "]"));
+    check_arg(sum_k <= kMaxDim, fn, "the sum of ks must be below 2^31, got more at ks[", g, "]");
   }
   const int64_t sum_kb = sum_k / 128;
-  FG_EXPECT(a.shape[0] == m * sum_k && a.strides[0] == 1, fn,
-            detail::concat("A must be a contiguous fp8 [M * sum(ks)] = [", m * sum_k, "] (M=", m, ", sum(ks)=", sum_k,
-                           "), got ", a.describe()));
-  FG_EXPECT(b.shape[0] == n * sum_k && b.strides[0] == 1, fn,
-            detail::concat("B must be a contiguous fp8 [N * sum(ks)] = [", n * sum_k, "] (N=", n, ", sum(ks)=", sum_k,
-                           "), got ", b.describe()));
-  FG_EXPECT(sa.shape[0] == m && sa.shape[1] == sum_kb && sa.strides[0] == 1 && (sa.strides[1] == m || sum_kb <= 1),
-            fn,
-            detail::concat("SA must be float32 [M, sum(ks)/128] = [", m, ", ", sum_kb,
-                           "] MN-major with strides {1, M} (the experts' K blocks back to back), got ", sa.describe()));
-  FG_EXPECT(sb.shape[0] == n && sb.shape[1] == sum_kb && sb.strides[0] == 1 && (sb.strides[1] == n || sum_kb <= 1),
-            fn,
-            detail::concat("SB must be float32 [N, sum(ks)/128] = [", n, ", ", sum_kb,
-                           "] MN-major with strides {1, N} (the experts' K blocks back to back), got ", sb.describe()));
-  FG_EXPECT(ks_device.shape[0] == groups && (ks_device.strides[0] == 1 || groups == 1), fn,
-            detail::concat("ks_device must be a contiguous int32 [G] (G=", groups, ") on the device, got ",
-                           ks_device.describe()));
+  check_arg(a.shape[0] == m * sum_k && a.strides[0] == 1, fn, "A must be a contiguous fp8 [M * sum(ks)] = [", m * sum_k,
+            "] (M=", m, ", sum(ks)=", sum_k, "), got ", a);
+  check_arg(b.shape[0] == n * sum_k && b.strides[0] == 1, fn, "B must be a contiguous fp8 [N * sum(ks)] = [", n * sum_k,
+            "] (N=", n, ", sum(ks)=", sum_k, "), got ", b);
+  check_arg(sa.shape[0] == m && sa.shape[1] == sum_kb && sa.strides[0] == 1 && (sa.strides[1] == m || sum_kb <= 1), fn,
+            "SA must be float32 [M, sum(ks)/128] = [", m, ", ", sum_kb,
+            "] MN-major with strides {1, M} (the experts' K blocks back to back), got ", sa);
+  check_arg(sb.shape[0] == n && sb.shape[1] == sum_kb && sb.strides[0] == 1 && (sb.strides[1] == n || sum_kb <= 1), fn,
+            "SB must be float32 [N, sum(ks)/128] = [", n, ", ", sum_kb,
+            "] MN-major with strides {1, N} (the experts' K blocks back to back), got ", sb);
+  check_arg(ks_device.shape[0] == groups && (ks_device.strides[0] == 1 || groups == 1), fn,
+            "ks_device must be a contiguous int32 [G] (G=", groups, ") on the device, got ", ks_device);
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(b.data, 16, fn, "B");
   expect_aligned(sa.data, 16, fn, "SA");
@@ -406,7 +375,7 @@ GemmCall validate_k_grouped(const TensorView& a, const TensorView& sa, const Ten
   expect_aligned(d.data, 16, fn, "D");
   expect_aligned(ks_device.data, 4, fn, "ks_device");
   if (workspace != nullptr) {
-    FG_EXPECT(workspace->data != nullptr, fn, "the workspace is a null pointer");
+    check_arg(workspace->data != nullptr, fn, "the workspace is a null pointer");
     expect_aligned(workspace->data, 128, fn, "the workspace");
     c.workspace = workspace->data;
     c.workspace_bytes = workspace->numel() * dtype_size(workspace->dtype);
@@ -441,38 +410,36 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   c.kind = GemmKind::kGroupedMasked;
   check_grouped_b(b, &c.n, &c.k, &c.num_groups, fn);
   check_n_k(c.n, c.k, fn);
-  FG_EXPECT(expected_m > 0, fn, detail::concat("expected_m must be > 0 (a hint of the typical rows per group), got ",
-                                            expected_m));
+  check_arg(expected_m > 0, fn, "expected_m must be > 0 (a hint of the typical rows per group), got ", expected_m);
   const int64_t kb = ceil_div(c.k, 128), nb = ceil_div(c.n, 128);
   expect_dims(a, {c.num_groups, a.shape[1], c.k}, fn, "A", "[G, M_max, K]");
   c.rows = a.shape[1];
   c.a_rows = c.rows * c.num_groups;
-  FG_EXPECT(c.a_rows <= kMaxDim, fn, "G * M_max exceeds 2^31 - 1");
+  check_arg(c.a_rows <= kMaxDim, fn, "G * M_max exceeds 2^31 - 1");
   c.expected_m = expected_m;
   c.lda = fp8_row_stride(a, 1, fn, "A");
-  FG_EXPECT(a.strides[0] == c.rows * a.strides[1] || c.num_groups == 1, fn,
-         detail::concat("A groups must be back to back (stride[0] == M_max * stride[1]), got ", a.describe()));
+  check_arg(a.strides[0] == c.rows * a.strides[1] || c.num_groups == 1, fn,
+            "A groups must be back to back (stride[0] == M_max * stride[1]), got ", a);
   expect_dims(sa, {c.num_groups, c.rows, kb}, fn, "SA", "[G, M_max, ceil(K/128)]");
   c.ld_sa = sa_layout_2d(sa, c.rows, kb, c.num_groups > 1 ? sa.strides[0] : kb, fn, &c.sa_k_major);
   if (c.sa_k_major) {
-    FG_EXPECT(sa.strides[0] == c.rows * c.ld_sa || c.num_groups == 1, fn,
-           detail::concat("K-major SA groups must be back to back (stride[0] == M_max * row stride), got ",
-                          sa.describe()));
+    check_arg(sa.strides[0] == c.rows * c.ld_sa || c.num_groups == 1, fn,
+              "K-major SA groups must be back to back (stride[0] == M_max * row stride), got ", sa);
   } else {
-    FG_EXPECT(sa.strides[0] == kb * sa.strides[2] || c.num_groups == 1, fn,
-           detail::concat("MN-major SA groups must be back to back (stride[0] == KB * M_pad), got ", sa.describe()));
+    check_arg(sa.strides[0] == kb * sa.strides[2] || c.num_groups == 1, fn,
+              "MN-major SA groups must be back to back (stride[0] == KB * M_pad), got ", sa);
   }
   check_sb(sb, c.num_groups, nb, kb, fn, true);
   expect_dims(d, {c.num_groups, c.rows, c.n}, fn, "D", "[G, M_max, N]");
-  FG_EXPECT(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 &&
+  check_arg(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 &&
                 (d.strides[0] == c.rows * d.strides[1] || c.num_groups == 1),
-         fn,
-         detail::concat("D must be [G, M_max, N] with N-contiguous rows (row stride a multiple of 8) and groups back "
-                        "to back, got ",
-                        d.describe()));
+            fn,
+            "D must be [G, M_max, N] with N-contiguous rows (row stride a multiple of 8) and groups back "
+            "to back, got ",
+            d);
   c.ld_d = d.strides[1];
-  FG_EXPECT(masked_m.shape[0] == c.num_groups && (masked_m.strides[0] == 1 || c.num_groups == 1), fn,
-         detail::concat("masked_m must be a contiguous int32 [G] with G=", c.num_groups, ", got ", masked_m.describe()));
+  check_arg(masked_m.shape[0] == c.num_groups && (masked_m.strides[0] == 1 || c.num_groups == 1), fn,
+            "masked_m must be a contiguous int32 [G] with G=", c.num_groups, ", got ", masked_m);
   expect_aligned(a.data, 16, fn, "A");
   expect_aligned(b.data, 16, fn, "B");
   expect_aligned(sa.data, 16, fn, "SA");
