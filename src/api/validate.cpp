@@ -257,16 +257,14 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
   if (c.sb_per_row) {
     expect_dims(sb, {c.n, kb}, fn, "SB", "[N, ceil(K/128)] (1x128 blocks of B)");
     check_arg(sb.strides[0] == 1 && sb.strides[1] >= c.n && sb.strides[1] % 4 == 0, fn,
-              "1x128 SB must be MN-major and TMA-aligned (strides {1, N_pad}, N_pad >= N a multiple "
-              "of 4), got ",
-              sb, "; convert it (get_mn_major_tma_aligned_tensor in Python)");
+              "1x128 SB must be MN-major and TMA-aligned (strides {1, N_pad}, N_pad >= N a multiple of 4), got ", sb,
+              "; convert it (get_mn_major_tma_aligned_tensor in Python)");
     expect_aligned(sb.data, 16, fn, "SB");
     c.ld_sb = sb.strides[1];
   } else {
     check_arg(sb.shape[0] == nb, fn,
-              "SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 "
-              "blocks) with N=",
-              c.n, ", got ", sb);
+              "SB must be [ceil(N/128), ceil(K/128)] (128x128 blocks) or [N, ceil(K/128)] (1x128 blocks) with N=", c.n,
+              ", got ", sb);
     check_sb(sb, 1, nb, kb, fn, false);
   }
   if (c_view != nullptr) {
@@ -281,9 +279,8 @@ GemmCall validate_dense(const TensorView& a, const TensorView& sa, const TensorV
       const bool disjoint = c.rows == 0 || bytes_end(cv) <= static_cast<const char*>(d.data) ||
                             bytes_end(d) <= static_cast<const char*>(cv.data);
       check_arg(disjoint, fn,
-                "C overlaps D without being D: pass c = d (the same tensor) or a separate tensor, got "
-                "C ",
-                cv, " and D ", d);
+                "C overlaps D without being D: pass c = d (the same tensor) or a separate tensor, got C ", cv,
+                " and D ", d);
     } else {
       check_arg(c.ld_c == c.ld_d, fn, "C is D's memory with another row stride: C ", cv, ", D ", d);
     }
@@ -434,8 +431,7 @@ GemmCall validate_masked(const TensorView& a, const TensorView& sa, const Tensor
   check_arg(d.strides[2] == 1 && d.strides[1] >= c.n && d.strides[1] % 8 == 0 &&
                 (d.strides[0] == c.rows * d.strides[1] || c.num_groups == 1),
             fn,
-            "D must be [G, M_max, N] with N-contiguous rows (row stride a multiple of 8) and groups back "
-            "to back, got ",
+            "D must be [G, M_max, N] with N-contiguous rows (row stride a multiple of 8) and groups back to back, got ",
             d);
   c.ld_d = d.strides[1];
   check_arg(masked_m.shape[0] == c.num_groups && (masked_m.strides[0] == 1 || c.num_groups == 1), fn,
