@@ -7,12 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 
 #include "api/context.hpp"
 #include "api/validate.hpp"
+#include "common/bounded_cache.hpp"
 #include "common/error.hpp"
 #include "finegemm/device/common/gemm_args.cuh"
 #include "finegemm/device/common/gemm_layout.cuh"
@@ -414,34 +413,7 @@ void launch(const LaunchPlan& plan, Stream stream) {
 }
 
 /// The plans of the calls made so far, by their arguments.
-class PlanCache {
- public:
-  /// The plan of arguments equal to `key`, or null.
-  std::shared_ptr<const LaunchPlan> find(const ArgumentKey& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = plans_.find(key);
-    return it != plans_.end() ? it->second : nullptr;
-  }
-
-  /// Builds the plan of the validated `call` (first checking where its pointers live) and keeps it under `key`.
-  std::shared_ptr<const LaunchPlan> add(const ArgumentKey& key, const GemmCall& call, int device) {
-    Context& ctx = Context::instance();
-    ctx.check_hopper(device, "device");
-    check_device_pointers(call, device);
-    std::unique_ptr<LaunchPlan> plan = build_plan(call, device, ctx.num_sms(device));
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Plans are keyed by pointers: bound the map for callers that never reuse buffers (a plan rebuilds in
-    // microseconds once its kernel is loaded; callers hold shared pointers, so clearing is safe).
-    if (plans_.size() >= kMaxPlans) plans_.clear();
-    auto [it, inserted] = plans_.emplace(key, std::move(plan));
-    return it->second;
-  }
-
- private:
-  static constexpr size_t kMaxPlans = 4096;
-  std::mutex mutex_;
-  std::unordered_map<ArgumentKey, std::shared_ptr<const LaunchPlan>, ArgumentKeyHash> plans_;
-};
+using PlanCache = BoundedCache<ArgumentKey, std::shared_ptr<const LaunchPlan>, ArgumentKeyHash>;
 
 PlanCache& plan_cache() {
   static PlanCache cache;
@@ -465,7 +437,10 @@ std::shared_ptr<const LaunchPlan> plan_for(ArgumentKey& key, const Validate& val
   if (std::shared_ptr<const LaunchPlan> plan = plan_cache().find(key)) return plan;
   const GemmCall call = validate();
   if (call.rows == 0 || call.num_groups == 0) return nullptr;  // nothing to compute
-  return plan_cache().add(key, call, device);
+  // A new plan: first where the call's pointers live (asked of the driver once per set of arguments).
+  ctx.check_hopper(device, "device");
+  check_device_pointers(call, device);
+  return plan_cache().add(key, build_plan(call, device, ctx.num_sms(device)));
 }
 
 /// Launches the plan of the call whose arguments `key` holds (see plan_for), if there is anything to compute.

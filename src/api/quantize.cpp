@@ -12,11 +12,11 @@
 #include <limits>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "api/context.hpp"
 #include "api/validate.hpp"
+#include "common/bounded_cache.hpp"
 #include "common/error.hpp"
 #include "finegemm/device/common/quantize_args.cuh"
 #include "finegemm/finegemm.hpp"
@@ -161,50 +161,36 @@ QuantizeLaunch validate(QuantizeKind kind, const TensorView& x, const TensorView
   return launch;
 }
 
-/// Every tensor of the call is device memory of the current device. The driver is asked once per set of pointers
-/// (three queries cost a warm call about as much as the rest of it): as with a GEMM's plan, found by its arguments,
-/// pointers seen before are not asked about again, and the set is bounded for callers that never reuse buffers.
-class CheckedPointers {
- public:
-  void check(const QuantizeLaunch& launch, int device) {
-    const Key key{launch.args.x, launch.args.out, launch.args.scales, device};
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (seen_.count(key) != 0) return;
-    }
-    const char* where = function_name(launch.kind);
-    check_device_pointer(launch.args.x, "x", device, where);
-    check_device_pointer(launch.args.out, "out", device, where);
-    check_device_pointer(launch.args.scales, "scales", device, where);
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (seen_.size() >= kMaxSets) seen_.clear();
-    seen_.insert(key);
+/// A quantizer call's tensors and device, the key of the pointer checks already made.
+struct QuantizePointers {
+  const void* x;
+  const void* out;
+  const void* scales;
+  int device;
+  bool operator==(const QuantizePointers& o) const {
+    return x == o.x && out == o.out && scales == o.scales && device == o.device;
   }
-
- private:
-  struct Key {
-    const void* x;
-    const void* out;
-    const void* scales;
-    int device;
-    bool operator==(const Key& o) const {
-      return x == o.x && out == o.out && scales == o.scales && device == o.device;
-    }
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const {
-      const auto h = [](const void* p) { return std::hash<const void*>()(p); };
-      return h(k.x) ^ (h(k.out) * 0x9E3779B97F4A7C15ull) ^ (h(k.scales) * 0xC2B2AE3D27D4EB4Full) ^ size_t(k.device);
-    }
-  };
-  static constexpr size_t kMaxSets = 4096;
-  std::mutex mutex_;
-  std::unordered_set<Key, KeyHash> seen_;
 };
 
+struct QuantizePointersHash {
+  size_t operator()(const QuantizePointers& k) const {
+    const auto h = [](const void* p) { return std::hash<const void*>()(p); };
+    return h(k.x) ^ (h(k.out) * 0x9E3779B97F4A7C15ull) ^ (h(k.scales) * 0xC2B2AE3D27D4EB4Full) ^ size_t(k.device);
+  }
+};
+
+/// Every tensor of the call is device memory of the current device. The driver is asked once per set of pointers
+/// (three queries cost a warm call about as much as the rest of it), as a GEMM's plan is built once per set of
+/// arguments.
 void check_device_pointers(const QuantizeLaunch& launch, int device) {
-  static CheckedPointers checked;
-  checked.check(launch, device);
+  static BoundedCache<QuantizePointers, bool, QuantizePointersHash> checked;
+  const QuantizePointers key{launch.args.x, launch.args.out, launch.args.scales, device};
+  if (checked.find(key)) return;
+  const char* where = function_name(launch.kind);
+  check_device_pointer(launch.args.x, "x", device, where);
+  check_device_pointer(launch.args.out, "out", device, where);
+  check_device_pointer(launch.args.scales, "scales", device, where);
+  checked.add(key, true);
 }
 
 /// A quantizer kernel as loaded in a context.
