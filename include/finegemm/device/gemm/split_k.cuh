@@ -54,18 +54,13 @@ struct SplitKExchange {
     }
   }
 
-  /// CTA 0 frees its exchange buffer once every math thread read its chunks: one remote arrive, after the tile's store
-  /// went out (a cluster-scope release took ~0.5 us on an H100; 128 of them, one per thread, longer).
+  /// CTA 0 frees its exchange buffer for CTA 1's next tile once every math thread read its chunks: one remote arrive,
+  /// after the tile's store went out (a cluster-scope release took ~0.5 us on an H100; 128 of them, one per thread,
+  /// longer). Not after the cluster's last tile: CTA 1 sends nothing more.
   FG_DEVICE void release() {
     ptx::named_barrier_sync(static_cast<uint32_t>(NamedBarrier::kMathAll), kNumMathThreads);
     if (threadIdx.x == 0) ptx::mbarrier_arrive_cluster_release(smem.exchange_empty, 1);
     phase ^= 1;
-  }
-
-  /// CTA 1 leaves once CTA 0 read its last partial sums. That is the last access between the two (CTA 0 waited for
-  /// every byte CTA 1 sent), so the cluster needs no teardown barrier.
-  FG_DEVICE void finish(uint32_t cta_rank) {
-    if (cta_rank == 1) ptx::mbarrier_wait_cluster_acquire(smem.exchange_empty, phase ^ 1);
   }
 };
 
