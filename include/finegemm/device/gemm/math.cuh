@@ -248,11 +248,11 @@ struct MathWarpgroup {
     next_full = false;
   }
 
-  /// One tile's K loop over K blocks [kb_first, kb_first + kKBlocksPerCta). `first` carries first_granules, as a
+  /// One tile's K loop over K blocks [kb_first, kb_first + num_kb). `first` carries first_granules, as a
   /// compile-time constant (Constant<V>) or not; `wide` (Constant<0 or 1>) whether the tile is wide; `waves`
   /// (Constant<1 or kNumWaves>) how many waves the tile computes; `mine` (a Constant, 1 up to `waves`) how many of
   /// them have rows of this warpgroup: in the others it only passes the turn (Cfg::kPassesIdleTurns).
-  /// `num_kb`: the tile's K blocks, kKBlocksPerCta but for K-grouped tiles (Cfg::kRuntimeK).
+  /// `num_kb`: the tile's K blocks, Cfg::num_k_blocks_from(kb_first) but for K-grouped tiles (Cfg::kRuntimeK).
   template <class First, class Wide, class Waves, class Mine>
   FG_DEVICE void k_loop(First first, Wide wide, Waves, Mine, const uint32_t kb_first, const uint32_t num_kb) {
     constexpr uint32_t kKDepth = Cfg::kKDepth;
@@ -285,11 +285,21 @@ struct MathWarpgroup {
           }
         }
       };
-      constexpr uint32_t kWholeGroups = kKBlocksPerCta / kKDepth;
-      if constexpr (kWholeGroups > 0) {
-        for (uint32_t group = 0; group < kWholeGroups; ++group) run_group(kKDepth);
+      if constexpr (Cfg::kSplitK > 1) {
+        // The two CTAs of a split-K cluster compute different numbers of K blocks (Cfg::kSplitKLead).
+        for (uint32_t group = 0; group < num_kb / kKDepth; ++group) run_group(kKDepth);
+        const uint32_t rest = num_kb % kKDepth;
+        if constexpr (kKDepth > 1) if (rest == 1) run_group(1);
+        if constexpr (kKDepth > 2) if (rest == 2) run_group(2);
+        if constexpr (kKDepth > 3) if (rest == 3) run_group(3);
+        static_assert(kKDepth <= 4, "a group's last partial run at most 3 K blocks");
+      } else {
+        constexpr uint32_t kWholeGroups = kKBlocksPerCta / kKDepth;
+        if constexpr (kWholeGroups > 0) {
+          for (uint32_t group = 0; group < kWholeGroups; ++group) run_group(kKDepth);
+        }
+        if constexpr (kKBlocksPerCta % kKDepth != 0) run_group(kKBlocksPerCta % kKDepth);
       }
-      if constexpr (kKBlocksPerCta % kKDepth != 0) run_group(kKBlocksPerCta % kKDepth);
     } else {
       // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to compute is
       // skipped (by both warpgroups alike, so the turns stay balanced); a wave with rows of the other warpgroup only
@@ -361,7 +371,8 @@ struct MathWarpgroup {
         for (uint32_t kb = 0; kb < num_kb; ++kb) k_block(Constant<0>(), kb);
       } else {
         k_block(Constant<1>(), 0);
-        for (uint32_t kb = 1; kb < kKBlocksPerCta; ++kb) k_block(Constant<0>(), kb);
+        // Split-K: the CTA's own number of K blocks (Cfg::kSplitKLead).
+        for (uint32_t kb = 1; kb < (Cfg::kSplitK > 1 ? num_kb : kKBlocksPerCta); ++kb) k_block(Constant<0>(), kb);
       }
     }
   }
@@ -372,7 +383,7 @@ struct MathWarpgroup {
   FG_DEVICE void compute_tile(const Tile& tile, const uint32_t kb_first) {
     constexpr uint32_t kNumScaleGranules = Cfg::kNumScaleGranules;
     // A tile straddling two SB blocks switches scale at column 128 - n_start % 128, a multiple of kScaleGranule.
-    const uint32_t num_kb = Cfg::kRuntimeK ? uint32_t(tile.num_k_blocks) : Cfg::kKBlocksPerCta;
+    const uint32_t num_kb = Cfg::kRuntimeK ? uint32_t(tile.num_k_blocks) : Cfg::num_k_blocks_from(kb_first);
     const uint32_t first_granules =
         Cfg::kUniformScaleB ? kNumScaleGranules
                             : min_of((128 - tile.n_block * BLOCK_N % 128) / Cfg::kScaleGranule, kNumScaleGranules);

@@ -96,7 +96,7 @@ FG_DEVICE void prefetch_d_tile(const GemmArgs& args, const Tile& tile) {
 template <class Cfg>
 FG_DEVICE uint32_t tile_kb_end(const Tile& tile, uint32_t kb_begin) {
   if constexpr (Cfg::kRuntimeK) return uint32_t(tile.num_k_blocks);
-  return kb_begin + Cfg::kKBlocksPerCta;
+  return kb_begin + Cfg::num_k_blocks_from(kb_begin);
 }
 
 /// K-grouped GEMM: one TMA issuer's descriptor of its operand's current group. A_g ([M, K_g], row stride K_g bytes)
@@ -289,7 +289,7 @@ FG_DEVICE void prefetch_b_into_l2(const GemmArgs& args, typename Cfg::Scheduler 
   while (num_blocks > 0 && scheduler.next(tile)) {
     const int32_t b_row = tile.n_block * int32_t(Cfg::BLOCK_N);
 #pragma unroll 1
-    for (uint32_t kb = kb_begin; kb < kb_begin + Cfg::kKBlocksPerCta && num_blocks > 0; ++kb, --num_blocks)
+    for (uint32_t kb = kb_begin; kb < tile_kb_end<Cfg>(tile, kb_begin) && num_blocks > 0; ++kb, --num_blocks)
       ptx::tma_prefetch_2d_l2(&args.tma_b, int32_t(kb * kBlockK), b_row);
   }
 }

@@ -1,6 +1,7 @@
 // Split-K across a 2-CTA cluster (dense GEMMs whose few narrow tiles would leave SMs idle): both CTAs compute the
-// same tile, each over half of the K blocks. CTA 1 sends its fp32 partial sums into CTA 0's shared memory; CTA 0 adds
-// them to its own (its own first, so the result is deterministic) and stores the tile.
+// same tile, each over about half of the K blocks (CTA 0 a few more: GemmTraits::kSplitKLead). CTA 1 sends its fp32
+// partial sums into CTA 0's shared memory; CTA 0 adds them to its own (its own first, so the result is deterministic)
+// and stores the tile.
 #pragma once
 
 #include "finegemm/device/gemm/math.cuh"

@@ -14,10 +14,10 @@
 // it at the tile's start; kOutF32AddCAhead alternates two shared tiles, so that C loads a tile ahead), or reduced into
 // D by TMA (kOutF32AddToD; kOutF32AddToDT: the kernel runs on D^T's tile grid, the call's A and B swapped, and
 // reduces each tile into D transposed; kOutBf16DT stores it into D transposed, in bf16). For small-M shapes with few
-// narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes the tile over half of K, and the second
-// adds its fp32 partial sums into the first's through distributed shared memory. Launched with programmatic dependent
-// launch, the short-K dense kernels prefetch their first blocks of B into the L2 while the kernel before them finishes
-// (gemm_may_prefetch_b_under_pdl).
+// narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes the tile over about half of K, and the
+// second adds its fp32 partial sums into the first's through distributed shared memory. Launched with programmatic
+// dependent launch, the short-K dense kernels prefetch their first blocks of B into the L2 while the kernel before them
+// finishes (gemm_may_prefetch_b_under_pdl).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
                 "1x128 SB: the columns' scales take registers; 176 columns only on D^T's 128-row tiles");
   static_assert(N % 8 == 0 && K % 16 == 0, "N % 8 == 0 and K % 16 == 0 (16-byte TMA strides)");
   static_assert(kSplitK == 1 || (kSplitK == 2 && kKind == int(GemmKind::kNormal)),
-                "split-K: the two CTAs of a cluster each take half of K (dense GEMMs)");
+                "split-K: the two CTAs of a cluster each take about half of K (dense GEMMs)");
   static_assert(ceil_div(K, kBlockK) % kSplitK == 0, "split-K: an even number of K blocks");
   static_assert(kSaMode <= kSaMnMajorOnce16, "SA read as GemmSaMode says");
   static_assert(!gemm_sa_once(kSaMode) || (kKind == int(GemmKind::kNormal) && BLOCK_M == 64 &&
@@ -168,8 +168,9 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     ptx::cluster_arrive_relaxed();
     ptx::cluster_wait();
   }
-  // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA r takes K blocks [r, r + 1) * kKBlocksPerCta.
-  const uint32_t kb_begin = kSplitK > 1 ? cta_rank * Cfg::kKBlocksPerCta : 0;
+  // Split-K: the two CTAs of a cluster walk the cluster's tiles; CTA 0 takes the first num_k_blocks_from(0) K blocks,
+  // CTA 1 the rest.
+  const uint32_t kb_begin = kSplitK > 1 && cta_rank == 1 ? Cfg::num_k_blocks_from(0) : 0;
   // Programmatic dependent launch (a launch with it: finegemm::set_pdl): the setup above may overlap the previous
   // kernel on the stream; every thread waits for that kernel's results before its first global-memory access (the
   // scheduler's m_indices / masked_m / group-end reads, TMA loads and stores, SA gathers). The 256-row kernels let the
