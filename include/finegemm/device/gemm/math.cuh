@@ -256,7 +256,6 @@ struct MathWarpgroup {
   template <class First, class Wide, class Waves, class Mine>
   FG_DEVICE void k_loop(First first, Wide wide, Waves, Mine, const uint32_t kb_first, const uint32_t num_kb) {
     constexpr uint32_t kKDepth = Cfg::kKDepth;
-    constexpr uint32_t kKBlocksPerCta = Cfg::kKBlocksPerCta;
     if constexpr (kKDepth > 1) {
       // K blocks in groups of kKDepth (the last group may be shorter), block d of a group into accum[d]: issue all,
       // then wait for each in turn and promote it while the later ones run. Nothing is in flight across the loop's
@@ -285,20 +284,17 @@ struct MathWarpgroup {
           }
         }
       };
-      if constexpr (Cfg::kSplitK > 1) {
-        // The two CTAs of a split-K cluster compute different numbers of K blocks (Cfg::kSplitKLead).
-        for (uint32_t group = 0; group < num_kb / kKDepth; ++group) run_group(kKDepth);
-        const uint32_t rest = num_kb % kKDepth;
-        if constexpr (kKDepth > 1) if (rest == 1) run_group(1);
-        if constexpr (kKDepth > 2) if (rest == 2) run_group(2);
-        if constexpr (kKDepth > 3) if (rest == 3) run_group(3);
-        static_assert(kKDepth <= 4, "a group's last partial run at most 3 K blocks");
-      } else {
-        constexpr uint32_t kWholeGroups = kKBlocksPerCta / kKDepth;
-        if constexpr (kWholeGroups > 0) {
-          for (uint32_t group = 0; group < kWholeGroups; ++group) run_group(kKDepth);
-        }
-        if constexpr (kKBlocksPerCta % kKDepth != 0) run_group(kKBlocksPerCta % kKDepth);
+      // Whole groups, then the rest. num_kb is a constant but in split-K kernels, whose two CTAs compute different
+      // numbers of K blocks (Cfg::kSplitKLead).
+      static_assert(kKDepth <= 4, "the rest of a group: 1 to 3 K blocks");
+      for (uint32_t group = 0; group < num_kb / kKDepth; ++group) run_group(kKDepth);
+      const uint32_t rest = num_kb % kKDepth;
+      if (rest == 1) run_group(1);
+      if constexpr (kKDepth > 2) {
+        if (rest == 2) run_group(2);
+      }
+      if constexpr (kKDepth > 3) {
+        if (rest == 3) run_group(3);
       }
     } else {
       // One batch per wave; with two warpgroups the turns alternate batch by batch. A wave without rows to compute is
@@ -371,8 +367,7 @@ struct MathWarpgroup {
         for (uint32_t kb = 0; kb < num_kb; ++kb) k_block(Constant<0>(), kb);
       } else {
         k_block(Constant<1>(), 0);
-        // Split-K: the CTA's own number of K blocks (Cfg::kSplitKLead).
-        for (uint32_t kb = 1; kb < (Cfg::kSplitK > 1 ? num_kb : kKBlocksPerCta); ++kb) k_block(Constant<0>(), kb);
+        for (uint32_t kb = 1; kb < num_kb; ++kb) k_block(Constant<0>(), kb);
       }
     }
   }
