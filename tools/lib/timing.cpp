@@ -266,32 +266,47 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_
 
 // ---- host_overhead_us --------------------------------------------------------------------------------------------
 
-double host_overhead_us(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int calls) {
-  if (!enqueue) throw std::invalid_argument("host_overhead_us: empty enqueue function");
+HostOverhead host_overhead_us(const std::function<void(cudaStream_t)>& enqueue,
+                              const std::function<void(cudaStream_t)>& baseline, cudaStream_t s, int calls) {
+  if (!enqueue || !baseline) throw std::invalid_argument("host_overhead_us: empty enqueue function");
   if (calls < 1) throw std::invalid_argument("host_overhead_us: calls must be >= 1, got " + std::to_string(calls));
   constexpr int kWarm = 10;
-  constexpr int kBatch = 64;  // calls queued behind one gate: well below the driver's launch-queue depth
+  constexpr int kBatch = 64;  // calls of each queued behind one gate: well below the driver's launch-queue depth
 
-  for (int i = 0; i < kWarm; ++i) enqueue(s);
+  for (int i = 0; i < kWarm; ++i) {
+    enqueue(s);
+    baseline(s);
+  }
   sync_and_check(s, "host_overhead_us: after the warm-up calls");
 
-  std::chrono::nanoseconds total{0};
+  const auto time_batch = [&](const std::function<void(cudaStream_t)>& f, int batch) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) f(s);
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+  };
+  std::chrono::nanoseconds call_total{0}, baseline_total{0};
   bool any_timeout = false;
-  for (int done = 0; done < calls;) {
+  for (int done = 0, round = 0; done < calls; ++round) {
     const int batch = std::min(kBatch, calls - done);
     StreamGate gate(s);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < batch; ++i) enqueue(s);
-    const auto t1 = Clock::now();
+    if (round % 2 == 0) {
+      call_total += time_batch(enqueue, batch);
+      baseline_total += time_batch(baseline, batch);
+    } else {
+      baseline_total += time_batch(baseline, batch);
+      call_total += time_batch(enqueue, batch);
+    }
     gate.finish("host_overhead_us: after a batch of calls");
     any_timeout = any_timeout || gate.timed_out();
-    total += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0);
     done += batch;
   }
   if (any_timeout)
-    warn("host_overhead_us: the stream gate timed out (does the enqueue function synchronize?); the figure "
-         "includes waiting for the GPU");
-  return static_cast<double>(total.count()) / 1000.0 / calls;
+    warn("host_overhead_us: the stream gate timed out (does the enqueue function synchronize?); the figures "
+         "include waiting for the GPU");
+  HostOverhead r;
+  r.call_us = static_cast<double>(call_total.count()) / 1000.0 / calls;
+  r.baseline_us = static_cast<double>(baseline_total.count()) / 1000.0 / calls;
+  return r;
 }
 
 // ---- measure_copy_bandwidth_gbps ---------------------------------------------------------------------------------

@@ -84,11 +84,17 @@ struct Timing {
 Timing time_kernel(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int iters = 30, int warmup = 3,
                    bool flush_l2 = true, L2Flusher* flusher = nullptr, TimeSource source = TimeSource::kEvents);
 
-/// Host overhead: mean wall time (std::chrono::steady_clock), in microseconds, of one call of `enqueue` over `calls`
-/// warm calls. 10 untimed warm-up calls come first. The stream is held by a gate while batches of 64 calls are
-/// enqueued, so the figure is pure host cost (a full launch queue never blocks the host); only the enqueue calls
-/// are inside the timed region. Throws like time_kernel.
-double host_overhead_us(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s, int calls = 10000);
+/// Host cost of a call beside a baseline launch (the driver's launch of an empty kernel, say), in microseconds per
+/// call: mean wall time (std::chrono::steady_clock) over `calls` warm calls of each. 10 untimed warm-up calls of each
+/// come first. The stream is held by a gate while batches of 64 calls and 64 baseline calls are enqueued, their order
+/// alternating from batch to batch, so the figures are pure host cost (a full launch queue never blocks the host) and
+/// the host's drifts reach both alike; only the enqueue calls are inside the timed regions. Throws like time_kernel.
+struct HostOverhead {
+  double call_us = 0.0;
+  double baseline_us = 0.0;
+};
+HostOverhead host_overhead_us(const std::function<void(cudaStream_t)>& enqueue,
+                              const std::function<void(cudaStream_t)>& baseline, cudaStream_t s, int calls = 10000);
 
 /// Device-to-device bandwidth in GB/s (1e9 bytes per second): cudaMemcpyAsync of `bytes` between two fresh
 /// buffers, (bytes read + bytes written) / median time of 20 copies (3 warm-up), no L2 flush (the copy is far larger
