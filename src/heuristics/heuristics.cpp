@@ -39,6 +39,9 @@ constexpr int64_t kBlockM256MaxGroupRowsAnyK = 256;
 constexpr int64_t kBlockM256ShortKMaxGroupRows = 2048;
 // Split-K measured faster only from this K on (docs/heuristics.md, "Split-K").
 constexpr int64_t kSplitKMinK = 7168;
+// Calls of 65-128 rows: split 64x64 tiles (two row blocks) measured faster than split 128x32 ones where their CTAs
+// take at most this share of the SMs (72-104 of 132), slower from 120 of 132 (docs/heuristics.md, "Split-K").
+constexpr double kSplit64x64MaxSmShare = 0.8;
 // K-major SA goes by TMA boxes (device::kSaKMajorTma) from this many K blocks and rows on (sa_mode_for).
 constexpr int64_t kSaTmaMinKBlocks = 32;
 constexpr int64_t kSaTmaMinRows = 1024;
@@ -108,6 +111,14 @@ bool may_transpose_d(const Problem& p) {
 }
 
 namespace {
+/// Whether split 64x64 tiles take the place of split 128x32 ones: 65-128 rows, split-K's K, and the 64x64 tiles'
+/// clusters on at most kSplit64x64MaxSmShare of the SMs.
+bool split_64x64_tiles_pay(const Problem& p, int64_t rows, int num_sms) {
+  const int64_t ctas = 2 * ceil_div(rows, int64_t(64)) * ceil_div(p.n, int64_t(64));
+  return p.kind == GemmKind::kNormal && rows > 64 && rows <= 128 && p.k >= kSplitKMinK &&
+         double(ctas) <= kSplit64x64MaxSmShare * double(num_sms);
+}
+
 Problem with_m_and_n_swapped(const Problem& p) {
   Problem q = p;
   std::swap(q.m, q.n);
@@ -130,6 +141,7 @@ void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, 
   const int64_t rows = std::max<int64_t>(1, rows_for_tiles(p));
   const bool one_256_row_block = p.kind == GemmKind::kNormal && rows <= 256;
   const bool forced_256 = constraints.block_m == 256;
+  const bool split_64x64 = split_64x64_tiles_pay(p, rows, num_sms);
   for (uint32_t output : outputs) {
     for (int block_m : {64, 128, 256}) {
       for (int block_n = kMinBlockN; block_n <= 256; block_n += kBlockNStep) {
@@ -201,9 +213,15 @@ void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, 
             cand.rejected = "split-K is for dense GEMMs";
           } else if (split > 1 && ceil_div(p.k, 128) % split != 0) {
             cand.rejected = "split-K gives each CTA of the cluster an equal share of the K blocks";
-          } else if (split == 2 && !((block_m == 64 && block_n <= 32) || (block_m == 128 && block_n == 32)) &&
+          } else if (split == 2 &&
+                     !((block_m == 64 && block_n <= 32) || (block_m == 128 && block_n == 32) ||
+                       (block_m == 64 && block_n == 64 && split_64x64)) &&
                      constraints.split_k != 2) {
-            cand.rejected = "split-K measured faster only with 64x16, 64x32 and 128x32 tiles";
+            cand.rejected = "split-K measured faster only with 64x16, 64x32 and 128x32 tiles (and 64x64 ones over "
+                            "65-128 rows on at most 4/5 of the SMs)";
+          } else if (split == 2 && block_m == 128 && split_64x64 && constraints.block_m != 128) {
+            cand.rejected = "over 65-128 rows, split 64x64 tiles on at most 4/5 of the SMs measured faster than split "
+                            "128x32 ones";
           } else if (split == 2 && p.k < kSplitKMinK && constraints.split_k != 2) {
             cand.rejected = "split-K measured faster only at K >= 7168";
           } else if (split > 1 && m_blocks * n_blocks > int64_t(c.grid / split)) {

@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <atomic>
 #include <climits>
 #include <mutex>
@@ -236,6 +237,10 @@ TEST_F(Gpu, DenseAwkwardShapes) {
   for (int64_t m : {1, 3, 7, 13, 63, 65, 129, 255, 4097})
     for (int64_t n : {576, 2112, 7232})
       for (int64_t k : {128, 576, 7168}) shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
+  // Split 64x64 tiles over two row blocks, a partial last n-block (and K not a multiple of 7168's 56 K blocks).
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{65, 1096, 7168}, {127, 1496, 7168},
+                                {100, 1664, 7424}})
+    shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
   precompile(shapes);
   int i = 0, failures = 0;
   for (const auto& s : shapes)
