@@ -212,7 +212,7 @@ void enumerate_oriented(const Problem& p, const std::vector<uint32_t>& outputs, 
           } else if (split > 1 && p.kind != GemmKind::kNormal) {
             cand.rejected = "split-K is for dense GEMMs";
           } else if (split > 1 && ceil_div(p.k, 128) % split != 0) {
-            cand.rejected = "split-K gives each CTA of the cluster an equal share of the K blocks";
+            cand.rejected = "split-K divides an even number of K blocks between the cluster's two CTAs";
           } else if (split == 2 &&
                      !((block_m == 64 && block_n <= 32) || (block_m == 128 && block_n == 32) ||
                        (block_m == 64 && block_n == 64 && split_64x64)) &&

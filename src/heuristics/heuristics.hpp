@@ -47,7 +47,7 @@ struct KernelConfig {
   GemmKind kind = GemmKind::kNormal;
   int64_t n = 0, k = 0;
   int block_m = 0, block_n = 0, num_stages = 0;
-  int split_k = 1;             ///< 2 or 4: the CTAs of a cluster of that many each take an equal share of K
+  int split_k = 1;             ///< 2: the two CTAs of a cluster each take about half of K (the first a few more)
   /// How the kernel reads SA (device::GemmSaMode): MN-major by TMA (a box per stage, or for at most 4 rows one box
   /// loaded once), K-major by TMA boxes of 4 K blocks, K-major of at most 16 rows in one box loaded once, or K-major
   /// gathered (sa_mode_for; the GEMM calls also fall back to it for strides TMA cannot take).
