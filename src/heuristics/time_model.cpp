@@ -32,13 +32,17 @@ constexpr double kShortKWideSlabStoreFactor = 1.3;
 constexpr int64_t kShortKMinRounds = 8;
 // The largest K of short_k_forward: at K = 640 128x160 tiles held their own (docs/heuristics.md, "Short K").
 constexpr int64_t kShortKMaxK = 576;
-// Forward calls of two 64-row blocks (two_row_blocks_forward): 64-row tiles take this share of their modeled time.
-// Every pick it moves (65-128 rows, K = 3072-7168) ran faster, plain and in a decode chain; a chain layer ran slower
-// with 64-row tiles at K = 16384 and (64x80) at K = 2048 (docs/heuristics.md, "Two row blocks").
-constexpr double kTwoRowBlocksFactor = 0.95;
+// Forward calls of two or four 64-row blocks in one round (row_blocks_forward): 64-row tiles take this share of their
+// modeled time. Every pick it moves (65-128 and 208-256 rows, K = 3072-7168) ran faster, plain and (65-128 rows) in a
+// decode chain; a chain layer ran slower with 64-row tiles at K = 16384 and (64x80) at K = 2048 (docs/heuristics.md,
+// "Row blocks of 64").
+constexpr double kRowBlocksFactor = 0.95;
 constexpr int64_t kTwoRowBlocksMinM = 65;
-constexpr int64_t kTwoRowBlocksMinK = 3072;
-constexpr int64_t kTwoRowBlocksMaxK = 7168;
+// Four row blocks: the fourth holds at least 16 rows. With 1-8 rows it stays where it falls, and at N = 1920-2112
+// (120-132 CTAs) 64x64 tiles ran up to 12% slower than 128x32 at 193 and 200 rows.
+constexpr int64_t kFourRowBlocksMinM = 208;
+constexpr int64_t kRowBlocksMinK = 3072;
+constexpr int64_t kRowBlocksMaxK = 7168;
 // Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").
 constexpr double kSplitKOverheadUs = 1.0;
 
@@ -75,10 +79,12 @@ bool short_k_forward(const Problem& p, const KernelConfig& c) {
   return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && p.k <= kShortKMaxK;
 }
 
-bool two_row_blocks_forward(const Problem& p, const KernelConfig& c) {
+bool row_blocks_forward(const Problem& p, const KernelConfig& c) {
+  const bool two_blocks = p.m >= kTwoRowBlocksMinM && p.m <= 128;
+  const bool four_blocks = p.m >= kFourRowBlocksMinM && p.m <= 256;
   return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && c.block_m == 64 &&
-         c.split_k == 1 && p.m >= kTwoRowBlocksMinM && p.m <= 128 && p.m <= p.n && c.num_waves == 1 &&
-         p.k >= kTwoRowBlocksMinK && p.k <= kTwoRowBlocksMaxK;
+         c.split_k == 1 && (two_blocks || four_blocks) && p.m <= p.n && c.num_waves == 1 && p.k >= kRowBlocksMinK &&
+         p.k <= kRowBlocksMaxK;
 }
 
 int tiled_groups(const Problem& p) {
@@ -159,10 +165,10 @@ void score(KernelConfig& c, const Problem& p, const HardwareModel& hw) {
   const double tile_math_s = tile_compute_s + tile_l2_bytes / hw.sm_l2_bytes_per_s;
   const double d_transposed_factor =
       device::gemm_d_transposed(c.output) && !d_fits_the_l2(p, hw) ? kDTransposedTileFactorBeyondL2 : 1.0;
-  const double two_row_blocks_factor = two_row_blocks_forward(p, c) ? kTwoRowBlocksFactor : 1.0;
+  const double row_blocks_factor = row_blocks_forward(p, c) ? kRowBlocksFactor : 1.0;
   const double tile_s = c.output == device::kOutF32AddCAhead
                             ? std::max(tile_math_s, tile_store_s)
-                            : d_transposed_factor * two_row_blocks_factor * (tile_math_s + tile_store_s);
+                            : d_transposed_factor * row_blocks_factor * (tile_math_s + tile_store_s);
   c.tile_us = 1e6 * tile_s;
   // The M-grouped kernels read B as one [G * N, K] tensor: an n-block that runs past N reads the next group's first
   // rows too (TMA clips only at the tensor's end). Where the call is B's stream, that decides between tiles the model
