@@ -32,15 +32,13 @@ constexpr double kShortKWideSlabStoreFactor = 1.3;
 constexpr int64_t kShortKMinRounds = 8;
 // The largest K of short_k_forward: at K = 640 128x160 tiles held their own (docs/heuristics.md, "Short K").
 constexpr int64_t kShortKMaxK = 576;
-// Forward calls of two or four 64-row blocks in one round (row_blocks_forward): 64-row tiles take this share of their
-// modeled time. Every pick it moves (65-128 and 208-256 rows, K = 3072-7168) ran faster, plain and (65-128 rows) in a
-// decode chain; a chain layer ran slower with 64-row tiles at K = 16384 and (64x80) at K = 2048 (docs/heuristics.md,
-// "Row blocks of 64").
+// Forward calls of two to four 64-row blocks in one round (row_blocks_forward): 64-row tiles take this share of their
+// modeled time. Every pick it moves (65-256 rows, K = 3072-7168) ran faster, plain and, where measured (65-128, 144
+// and 200 rows), in a decode chain; a chain layer ran slower with 64-row tiles at K = 16384 and (64x80) at K = 2048
+// (docs/heuristics.md, "Row blocks of 64").
 constexpr double kRowBlocksFactor = 0.95;
-constexpr int64_t kTwoRowBlocksMinM = 65;
-// Four row blocks: the fourth holds at least 16 rows. With 1-8 rows it stays where it falls, and at N = 1920-2112
-// (120-132 CTAs) 64x64 tiles ran up to 12% slower than 128x32 at 193 and 200 rows.
-constexpr int64_t kFourRowBlocksMinM = 208;
+constexpr int64_t kRowBlocksMinM = 65;
+constexpr int64_t kRowBlocksMaxM = 256;
 constexpr int64_t kRowBlocksMinK = 3072;
 constexpr int64_t kRowBlocksMaxK = 7168;
 // Split-K's fixed cost: a clustered launch, the partial-sum exchange (docs/heuristics.md, "Split-K").
@@ -80,11 +78,9 @@ bool short_k_forward(const Problem& p, const KernelConfig& c) {
 }
 
 bool row_blocks_forward(const Problem& p, const KernelConfig& c) {
-  const bool two_blocks = p.m >= kTwoRowBlocksMinM && p.m <= 128;
-  const bool four_blocks = p.m >= kFourRowBlocksMinM && p.m <= 256;
   return p.kind == GemmKind::kNormal && !p.sb_per_row && c.output == device::kOutBf16 && c.block_m == 64 &&
-         c.split_k == 1 && (two_blocks || four_blocks) && p.m <= p.n && c.num_waves == 1 && p.k >= kRowBlocksMinK &&
-         p.k <= kRowBlocksMaxK;
+         c.split_k == 1 && p.m >= kRowBlocksMinM && p.m <= kRowBlocksMaxM && p.m <= p.n && c.num_waves == 1 &&
+         p.k >= kRowBlocksMinK && p.k <= kRowBlocksMaxK;
 }
 
 int tiled_groups(const Problem& p) {

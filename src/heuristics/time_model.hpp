@@ -32,11 +32,11 @@ CallBytes call_bytes(const Problem& p);
 /// and select_config prefers the tile whose stages hold the whole K among those the model times alike.
 bool short_k_forward(const Problem& p, const KernelConfig& c);
 
-/// Whether `c` runs `p` as a forward GEMM of two or four 64-row blocks: dense, bf16 D, 128x128 B scales, 65-128 or
-/// 208-256 rows (at most N), 64-row tiles in one round of the CTAs, 3072 <= K <= 7168. The kernel then walks the tiles
-/// m-block fastest, so the CTAs that read one B tile are neighbours (device::gemm_dense_one_round_by_rows; a second
-/// of two blocks with fewer than 48 rows moved up to end at row M); score() charges such tiles less
-/// (docs/heuristics.md, "Row blocks of 64").
+/// Whether `c` runs `p` as a forward GEMM of two to four 64-row blocks: dense, bf16 D, 128x128 B scales, 65-256 rows
+/// (at most N), 64-row tiles in one round of the CTAs, 3072 <= K <= 7168. The kernel then walks the tiles m-block
+/// fastest, so the CTAs that read one B tile are neighbours (device::gemm_dense_one_round_by_rows; a last block of
+/// fewer than 48 rows moved up to end at row M); score() charges such tiles less (docs/heuristics.md, "Row blocks of
+/// 64").
 bool row_blocks_forward(const Problem& p, const KernelConfig& c);
 
 /// Fills the model outputs of `c` (num_tiles, num_waves, tile_us, estimated_us, and wide_tail where a dense GEMM's

@@ -241,6 +241,11 @@ TEST_F(Gpu, DenseAwkwardShapes) {
   for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{65, 1096, 7168}, {127, 1496, 7168},
                                 {100, 1664, 7424}})
     shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
+  // 64-row tiles over three and four row blocks in one round: a last block of fewer than 48 rows moved up (136, 193,
+  // 208, 216 rows), one of more kept where it falls (180, 250), partial last n-blocks.
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{136, 2112, 7168}, {193, 2104, 4096},
+                                {208, 2304, 3200}, {216, 2560, 7168}, {180, 4104, 3072}, {250, 2104, 4096}})
+    shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
   precompile(shapes);
   int i = 0, failures = 0;
   for (const auto& s : shapes)

@@ -361,10 +361,11 @@ TEST(Heuristics, TwoRowBlocksTakeSixtyFourRowTilesInOneRound) {
   EXPECT_EQ(fh::select_config(sb_per_row, 132).block_m, 128);
 }
 
-TEST(Heuristics, FourRowBlocksTakeSixtyFourRowTilesInOneRound) {
-  // Forward GEMMs of 208-256 rows at 3072 <= K <= 7168 whose 64-row tiles fit one round: 64x64 ran 2-22% faster than
-  // 128x32 at N = 1664-2112, 64x80 8-12% faster than 128x48 at N = 2304 and 2560 (H200).
-  for (int64_t m : {208, 224, 240, 256}) {
+TEST(Heuristics, ThreeAndFourRowBlocksTakeSixtyFourRowTilesInOneRound) {
+  // Forward GEMMs of 129-256 rows at 3072 <= K <= 7168 whose 64-row tiles fit one round (H200): over four row blocks
+  // 64x64 ran 1-22% faster than 128x32 at N = 1664-2112 and 64x80 5-12% faster than 128x48 at N = 2304 and 2560; over
+  // three, 64x80-64x128 ran 7-16% faster than 128x48-128x80 at N = 3072-5120.
+  for (int64_t m : {193, 200, 208, 224, 240, 256}) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{1664, 7168}, {2048, 3072}, {2112, 4096}, {2112, 7168}}) {
       const auto c = fh::select_config(dense(m, n, k), 132);
       EXPECT_EQ(c.block_m, 64) << c.describe();
@@ -377,9 +378,14 @@ TEST(Heuristics, FourRowBlocksTakeSixtyFourRowTilesInOneRound) {
       EXPECT_EQ(c.block_n, 80) << c.describe();
     }
   }
-  // A fourth block of 1-8 rows (64x64 up to 12% slower at 193 and 200 rows, N = 2112) keeps 128-row tiles.
-  for (int64_t m : {193, 200}) {
-    for (int64_t k : {4096, 7168}) EXPECT_EQ(fh::select_config(dense(m, 2112, k), 132).block_m, 128) << m << " " << k;
+  for (int64_t m : {129, 160, 192}) {
+    for (const auto& [n, k, bn] : {std::tuple<int64_t, int64_t, int>{3072, 7168, 80}, {4096, 7168, 96},
+                                   {4608, 7168, 112}, {5120, 3072, 128}}) {
+      const auto c = fh::select_config(dense(m, n, k), 132);
+      EXPECT_EQ(c.block_m, 64) << m << "x" << n << "x" << k << ": " << c.describe();
+      EXPECT_EQ(c.block_n, bn) << m << "x" << n << "x" << k << ": " << c.describe();
+      EXPECT_EQ(c.num_waves, 1) << c.describe();
+    }
   }
 }
 

@@ -53,7 +53,7 @@ struct TileScheduler {
   /// kOneRoundByRows (gemm_dense_one_round_by_rows): where the dense tiles fit one round of the CTAs and M is at most
   /// the n-blocks' width (B the larger operand), they are walked m-block fastest (the CTAs that read one B tile are
   /// neighbours in the launch), and a last row block that M ends inside stays where it falls (its rows past M read as
-  /// zeros by TMA and clipped from the stores), but a short second of two (one_round_last_block_stays). A taller A
+  /// zeros by TMA and clipped from the stores), but a short one (one_round_last_block_stays). A taller A
   /// keeps the bands, whose neighbours read one A tile.
   static_assert(!kOneRoundByRows || (kKind == GemmKind::kNormal && !kClipLongTail), "one round by rows: dense kernels");
   /// Contiguous layout, 256-row tiles: a second pass over the blocks covers halves of another expert.
@@ -290,14 +290,17 @@ struct TileScheduler {
   }
 
   /// kOneRoundByRows: whether a one-round grid walked by rows keeps its last row block where it falls (its rows past
-  /// M read as zeros by TMA and clipped from the stores). It does over three row blocks or more (moved up, 520, 576
-  /// and 600 x 4096 x 7168 on 128x160 tiles ran 1% slower on an H200, 300x7168x2048 on 128x192 1.5%) and where the
-  /// second of two holds at least 3/4 of BLOCK_M rows (112x3072x7168 on 64x48: 11.7 us against 11.9 moved up). A
-  /// second block of fewer rows moves up to end at row M: kept where it falls, 136x4096x7168 on 128x64 tiles took 31.5
-  /// us against 16.9 moved up, 200x4096x7168 22.0 against 16.9, 72x3072x7168 on 64x48 16.1 against 11.7, 72x2048x2048
-  /// on 64x32 6.4 against 5.4. 256-row tiles keep theirs (not measured moved up).
+  /// M read as zeros by TMA and clipped from the stores). It does where that block holds at least 3/4 of BLOCK_M rows
+  /// (112x3072x7168 on 64x48: 11.7 us against 11.9 moved up, on an H200) and over three row blocks or more of 128 rows
+  /// (moved up, 520, 576 and 600 x 4096 x 7168 on 128x160 tiles ran 1% slower, 300x7168x2048 on 128x192 1.5%). A last
+  /// block of fewer rows moves up to end at row M: kept where it falls, 136x4096x7168 on 128x64 tiles took 31.5 us
+  /// against 16.9 moved up, 72x3072x7168 on 64x48 16.1 against 11.7, 136x2112x7168 on 64x48 14.5 against 11.5,
+  /// 193x2112x7168 on 64x64 14.9-15.1 against 12.2-12.3, and in a decode chain with PDL (bench --chain, us per layer)
+  /// 216x2112x7168 on 64x64 17.1-17.3 against 14.2-14.3, 160x4096x7168 on 64x96 21.1 against 16.7-16.8. 256-row tiles
+  /// keep theirs (not measured moved up).
   static FG_HOST_DEVICE bool one_round_last_block_stays(int32_t rows) {
-    return BLOCK_M > 128 || rows > 2 * BLOCK_M || rows - BLOCK_M >= BLOCK_M * 3 / 4;
+    if (BLOCK_M > 128 || (BLOCK_M == 128 && rows > 2 * BLOCK_M)) return true;
+    return (rows - 1) % BLOCK_M + 1 >= BLOCK_M * 3 / 4;
   }
 
   /// Advances to this CTA's next tile; false when there is none left.
@@ -403,8 +406,8 @@ struct TileScheduler {
       // past A (a box reaching far past the end measured up to 28% slower on an H100).
       // The rows it shares with the block before are computed twice and written only by that block.
       // kClipLongTail (gemm_dense_clips_long_tail): a block of more than BLOCK_M / 2 rows stays where it falls;
-      // kOneRoundByRows: so does the last block of a one-round grid, but the second of two row blocks of 64 or 128
-      // rows with fewer than 3/4 of BLOCK_M rows (one_round_last_block_stays).
+      // kOneRoundByRows: so does the last block of a one-round grid, but one of fewer than 3/4 of BLOCK_M rows after
+      // one 128-row block or any number of 64-row ones (one_round_last_block_stays).
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
       const bool stays = (one_round_by_rows && one_round_last_block_stays(num_rows)) ||
                          (kClipLongTail && num_rows - tile.row_base > BLOCK_M / 2);
