@@ -212,11 +212,16 @@ TEST(Scheduler, OneRoundByRowsMovesAShortLastRowBlockUp) {
   EXPECT_EQ(long64[1][0].first_row, 0);
   // A short last of three or four 64-row blocks moves up too (136x2112x7168 on 64x48: 14.5 -> 11.5 us); one of 48
   // rows or more stays.
-  for (int m : {129, 136, 144, 160, 175, 193, 200, 208, 216, 239}) {
-    const int blocks = (m + 63) / 64;  // 3 x 44 tiles of 64x48 or 4 x 33 of 64x64 over 132 CTAs: one round
+  // 3 x 44 tiles of 64x48 or 4 x 33 of 64x64 over 132 CTAs (one round): CTA blocks - 1 takes n-block 0's last block.
+  const auto last_block = [](int m) {
+    const int blocks = (m + 63) / 64;
     const auto v = blocks == 3 ? walk<fd::GemmKind::kNormal, 64, 48, 44, false, false, true>(m, 1, nullptr, 132)
                                : walk<fd::GemmKind::kNormal, 64, 64, 33, false, false, true>(m, 1, nullptr, 132);
-    const Visit& t = v[size_t(blocks - 1)][0];
+    return v[size_t(blocks - 1)][0];
+  };
+  for (int m : {129, 136, 144, 160, 175, 193, 200, 208, 216, 239}) {
+    const int blocks = (m + 63) / 64;
+    const Visit t = last_block(m);
     ASSERT_EQ(t.m_block, blocks - 1);
     const int base = (m - 64 + 3) / 4 * 4;
     EXPECT_EQ(t.row_base, base) << "m=" << m;
@@ -224,11 +229,8 @@ TEST(Scheduler, OneRoundByRowsMovesAShortLastRowBlockUp) {
     EXPECT_EQ(t.compute_rows, m - base) << "m=" << m;
   }
   for (int m : {176, 180, 240, 250}) {
-    const int blocks = (m + 63) / 64;  // 3 x 44 tiles of 64x48 or 4 x 33 of 64x64 over 132 CTAs: one round
-    const auto v = blocks == 3 ? walk<fd::GemmKind::kNormal, 64, 48, 44, false, false, true>(m, 1, nullptr, 132)
-                               : walk<fd::GemmKind::kNormal, 64, 64, 33, false, false, true>(m, 1, nullptr, 132);
-    const Visit& t = v[size_t(blocks - 1)][0];
-    EXPECT_EQ(t.row_base, (blocks - 1) * 64) << "m=" << m;
+    const Visit t = last_block(m);
+    EXPECT_EQ(t.row_base, ((m + 63) / 64 - 1) * 64) << "m=" << m;
     EXPECT_EQ(t.first_row, 0) << "m=" << m;
   }
   // A second block of 96 or more of 128 rows, and a third block of 128 rows of any size, stay where they fall.
