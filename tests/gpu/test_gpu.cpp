@@ -246,6 +246,10 @@ TEST_F(Gpu, DenseAwkwardShapes) {
   for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{136, 2112, 7168}, {193, 2104, 4096},
                                 {208, 2304, 3200}, {216, 2560, 7168}, {180, 4104, 3072}, {250, 2104, 4096}})
     shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
+  // 128-row tiles over two row blocks in one round: a second block of 98 and 108 rows moved up, one of 116 kept.
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{226, 4104, 7168}, {236, 3064, 7168},
+                                {244, 7168, 2048}})
+    shapes.push_back(shape(GemmKind::kNormal, 1, m, n, k));
   precompile(shapes);
   int i = 0, failures = 0;
   for (const auto& s : shapes)

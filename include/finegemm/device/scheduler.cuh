@@ -290,17 +290,18 @@ struct TileScheduler {
   }
 
   /// kOneRoundByRows: whether a one-round grid walked by rows keeps its last row block where it falls (its rows past
-  /// M read as zeros by TMA and clipped from the stores). It does where that block holds at least 3/4 of BLOCK_M rows
-  /// (112x3072x7168 on 64x48: 11.7 us against 11.9 moved up, on an H200) and over three row blocks or more of 128 rows
-  /// (moved up, 520, 576 and 600 x 4096 x 7168 on 128x160 tiles ran 1% slower, 300x7168x2048 on 128x192 1.5%). A last
-  /// block of fewer rows moves up to end at row M: kept where it falls, 136x4096x7168 on 128x64 tiles took 31.5 us
-  /// against 16.9 moved up, 72x3072x7168 on 64x48 16.1 against 11.7, 136x2112x7168 on 64x48 14.5 against 11.5,
-  /// 193x2112x7168 on 64x64 14.9-15.1 against 12.2-12.3, and in a decode chain with PDL (bench --chain, us per layer)
-  /// 216x2112x7168 on 64x64 17.1-17.3 against 14.2-14.3, 160x4096x7168 on 64x96 21.1 against 16.7-16.8. 256-row tiles
-  /// keep theirs (not measured moved up).
+  /// M read as zeros by TMA and clipped from the stores). It does where that block lacks at most 16 rows of BLOCK_M
+  /// (112x3072x7168 on 64x48: 11.7 us against 11.9 moved up, on an H200; 240x7168x2048 on 128x112 9.9 against 10.2)
+  /// and over three row blocks or more of 128 rows (moved up, 520, 576 and 600 x 4096 x 7168 on 128x160 tiles ran 1%
+  /// slower, 300x7168x2048 on 128x192 1.5%). A last block of fewer rows moves up to end at row M: kept where it falls,
+  /// 136x4096x7168 on 128x64 tiles took 31.5 us against 16.9 moved up, 228x3072x7168 on 128x48 17.3 against 15.5,
+  /// 72x3072x7168 on 64x48 16.1 against 11.7, 193x2112x7168 on 64x64 14.9-15.1 against 12.2-12.3, and in a decode
+  /// chain with PDL (bench --chain, us per layer) 224x4096x7168 on 128x64 22.6-22.8 against 19.0, 216x2112x7168 on
+  /// 64x64 17.1-17.3 against 14.2-14.3, 160x4096x7168 on 64x96 21.1 against 16.7-16.8. 256-row tiles keep theirs (not
+  /// measured moved up).
   static FG_HOST_DEVICE bool one_round_last_block_stays(int32_t rows) {
     if (BLOCK_M > 128 || (BLOCK_M == 128 && rows > 2 * BLOCK_M)) return true;
-    return (rows - 1) % BLOCK_M + 1 >= BLOCK_M * 3 / 4;
+    return (rows - 1) % BLOCK_M + 1 >= BLOCK_M - 16;
   }
 
   /// Advances to this CTA's next tile; false when there is none left.
@@ -406,8 +407,8 @@ struct TileScheduler {
       // past A (a box reaching far past the end measured up to 28% slower on an H100).
       // The rows it shares with the block before are computed twice and written only by that block.
       // kClipLongTail (gemm_dense_clips_long_tail): a block of more than BLOCK_M / 2 rows stays where it falls;
-      // kOneRoundByRows: so does the last block of a one-round grid, but one of fewer than 3/4 of BLOCK_M rows after
-      // one 128-row block or any number of 64-row ones (one_round_last_block_stays).
+      // kOneRoundByRows: so does the last block of a one-round grid, but one that lacks more than 16 rows of BLOCK_M
+      // after one 128-row block or any number of 64-row ones (one_round_last_block_stays).
       const int32_t moved_base = align_up(num_rows - BLOCK_M, 4);
       const bool stays = (one_round_by_rows && one_round_last_block_stays(num_rows)) ||
                          (kClipLongTail && num_rows - tile.row_base > BLOCK_M / 2);

@@ -297,8 +297,8 @@ FG_HOST_DEVICE constexpr bool gemm_dense_clips_long_tail(bool grouped, uint32_t 
 /// -> bands: 4096x512x32768 101.2-101.5 -> 98.2-98.5, 2048x512x7168 19.9-20.0 -> 16.6-16.7, 4096x1024x7168 44.4-44.7
 /// -> 43.8-43.9, 4096x576x7168 28.7 -> 28.5-28.6; 1024x576x7168 14.2-14.3 -> 14.4). Over more rounds the order lost
 /// (every grid m-block fastest in bands of 16 m-blocks, `finegemm bench`, us: 4096x4096x7168 159.1-159.4 ->
-/// 163.0-163.1, 4096x7168x16384 622.2-623.2 -> 641.4-642.0, 2112x7168x2048 47.8-47.9 -> 48.6-48.7). The second of
-/// two 64- or 128-row blocks moves up all the same where it holds fewer than 3/4 of BLOCK_M rows
+/// 163.0-163.1, 4096x7168x16384 622.2-623.2 -> 641.4-642.0, 2112x7168x2048 47.8-47.9 -> 48.6-48.7). A last row
+/// block that lacks more than 16 rows moves up all the same, after one 128-row block or any number of 64-row ones
 /// (TileScheduler::one_round_last_block_stays).
 FG_HOST_DEVICE constexpr bool gemm_dense_one_round_by_rows(bool grouped, uint32_t sb_mode, uint32_t output) {
   return !grouped && sb_mode == kSbBlock && output == kOutBf16;
