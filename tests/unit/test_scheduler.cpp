@@ -83,8 +83,8 @@ void check_normal(int m, int num_ctas) {
   // rows past row M (the last row block moves up to a multiple of 4 rows; its rows before first_row belong to the
   // block before; a wide tail's 128 rows likewise), but a last block of more than BLOCK_M / 2 rows in the kernels that
   // keep it where it falls (kClipLongTail), and every last block but a wide tail's in one-round grids of the kernels
-  // that walk those by rows (kOneRoundByRows, M at most the n-blocks' width), except a last block that lacks more than 16
-  // rows of BLOCK_M after one 128-row block or any number of 64-row ones.
+  // that walk those by rows (kOneRoundByRows, M at most the n-blocks' width), except a last block that lacks more than
+  // 16 rows of BLOCK_M after one 128-row block or any number of 64-row ones.
   std::vector<int> written(size_t(m) * NB, 0);
   for (const auto& cta : visits)
     for (const auto& v : cta) {
