@@ -51,13 +51,13 @@ struct GemmTraits {
   static constexpr bool kRuntimeK = kGemmKind == GemmKind::kGroupedK;
   static constexpr uint32_t kNumKBlocks = Layout::kNumKBlocks;
   static constexpr uint32_t kKBlocksPerCta = kNumKBlocks / kSplitK;
-  /// Split-K: CTA 0 takes kSplitKLead K blocks more than half, CTA 1 as many fewer. CTA 0 also adds CTA 1's partial
-  /// sums and stores the tile, so CTA 1's sums are then on their way before CTA 0 needs them. Measured on an H200
-  /// (finegemm bench, us, two rounds, a lead of 0 / 1 / 2 / 3 K blocks at K = 7168): 1x2112x7168 8.40, 8.38 /
+  /// Split-K, 64-row tiles: CTA 0 takes kSplitKLead K blocks more than half, CTA 1 as many fewer. CTA 0 adds CTA 1's
+  /// partial sums and stores the tile, so CTA 1's sums are then on their way before CTA 0 needs them. Measured on an
+  /// H200 (finegemm bench, us, two rounds, a lead of 0 / 1 / 2 / 3 K blocks at K = 7168): 1x2112x7168 8.40, 8.38 /
   /// 8.43, 8.38 / 8.29, 8.30 / 8.40, 8.43; 64x1536x7168 7.46, 7.54 / 7.41, 7.49 / 7.33, 7.36 / 7.46, 7.44; 128x576x7168
-  /// 6.94, 6.94 / 6.88, 6.86 / 6.82, 6.82 / 7.10, 7.07; the 128x32 tiles within 0.06 us (128x2112x7168 9.60, 9.58 ->
-  /// 9.54, 9.52 at 2).
-  static constexpr uint32_t kSplitKLead = kSplitK > 1 ? 2 : 0;
+  /// 6.94, 6.94 / 6.88, 6.86 / 6.82, 6.82 / 7.10, 7.07. 128-row tiles split the adding between the CTAs, each waiting
+  /// for the other's half (SplitKExchange): no lead.
+  static constexpr uint32_t kSplitKLead = kSplitK > 1 && BLOCK_M == 64 ? 2 : 0;
   static_assert(kSplitK == 1 || kKBlocksPerCta > kSplitKLead, "split-K: CTA 1 keeps K blocks of its own");
   /// The K blocks of a tile that the CTA whose first K block is `kb_begin` computes (K-grouped tiles: their group's).
   FG_HOST_DEVICE static constexpr uint32_t num_k_blocks_from(uint32_t kb_begin) {

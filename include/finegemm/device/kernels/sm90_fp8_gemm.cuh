@@ -12,12 +12,12 @@
 // bf16, stores with stmatrix into a swizzled shared tile and writes it with TMA stores that overlap the next tile's
 // main loop; fp32 outputs go through the shared tile as float pairs, plus C's tile where C is loaded (A's issuer loads
 // it at the tile's start; kOutF32AddCAhead alternates two shared tiles, so that C loads a tile ahead), or reduced into
-// D by TMA (kOutF32AddToD; kOutF32AddToDT: the kernel runs on D^T's tile grid, the call's A and B swapped, and
-// reduces each tile into D transposed; kOutBf16DT stores it into D transposed, in bf16). For small-M shapes with few
-// narrow tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes the tile over about half of K, and the
-// second adds its fp32 partial sums into the first's through distributed shared memory. Launched with programmatic
-// dependent launch, the short-K dense kernels prefetch their first blocks of B into the L2 while the kernel before them
-// finishes (gemm_may_prefetch_b_under_pdl).
+// D by TMA (kOutF32AddToD; kOutF32AddToDT: the kernel runs on D^T's tile grid, the call's A and B swapped, and reduces
+// each tile into D transposed; kOutBf16DT stores it into D transposed, in bf16). For small-M shapes with few narrow
+// tiles, a 2-CTA cluster splits K (gemm/split_k.cuh): each CTA computes the tile over about half of K, and the fp32
+// partial sums of each warpgroup's rows go through distributed shared memory to the CTA that adds and stores them.
+// Launched with programmatic dependent launch, the short-K dense kernels prefetch their first blocks of B into the L2
+// while the kernel before them finishes (gemm_may_prefetch_b_under_pdl).
 #pragma once
 
 #include "finegemm/device/common/gemm_args.cuh"
@@ -144,8 +144,8 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       ptx::mbarrier_init(&smem.empty_barriers[s], Cfg::kEmptyArrivals);
     }
     if constexpr (kSplitK > 1) {
-      ptx::mbarrier_init(smem.exchange_full, 1);   // CTA 0's expect_tx; CTA 1's st.async bytes complete it
-      ptx::mbarrier_init(smem.exchange_empty, 1);  // CTA 0's thread 0, once all its math threads read the sums
+      ptx::mbarrier_init(smem.exchange_full, 1);   // the receiving warpgroup's expect_tx; the peer's st.async bytes
+      ptx::mbarrier_init(smem.exchange_empty, 1);  // the peer's receiving warpgroup, once it read the sums
     }
     if constexpr (kTileRing) init_tile_ring(tile_ring, kNumMathThreads);
     // A's issuer's expect_tx (and its copies' arrival); SA's bytes complete it.
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
     MathWarpgroup<Cfg> math(smem, math_wg, warp_in_wg, lane_idx, args.ld_sa);
     if constexpr (Cfg::kSaOnce) ptx::mbarrier_wait(smem.sa_full, 0);  // SA loaded once, before the first tile
     math.start_turns();
-    SplitKExchange<Cfg> exchange{smem};
+    SplitKExchange<Cfg> exchange{smem, wg_thread, cta_rank ^ 1u};
     TileSubscriber tiles{tile_ring};
     // Without the ring (fp32 outputs): whole warps of 64- and 128-row kernels walk the candidates and skip those
     // without work in their own loop (TileScheduler::next_candidate): with the skip loop inside next(), ptxas gave the
@@ -274,11 +274,14 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         store_tile(tile);
       }
     } else {
-      // Split-K: CTA 1 sends its partial sums and goes on to its next tile; CTA 0 adds them, stores the tile and
-      // frees its exchange buffer only when another tile follows. After the last tile nothing crosses the cluster
-      // (CTA 0 waited for every byte CTA 1 sent, and CTA 1 waits for nothing), so neither CTA waits for the other
-      // to leave. Releasing after every tile, with CTA 1 waiting for the last release before it left, measured
-      // 0.3-0.4 us slower per call (H200, finegemm bench: 1x2112x7168 8.77 -> 8.42 us, 64x1536x7168 7.90 -> 7.50).
+      // Split-K: a warpgroup whose rows the other CTA owns sends its partial sums and goes on to its next tile; the
+      // owner's adds them, stores its rows and frees its exchange buffer only when another tile follows. After the last
+      // tile nothing crosses the cluster (each receiver waited for every byte sent to it, and no sender waits), so
+      // neither CTA waits for the other to leave. Releasing after every tile, with the sender waiting for the last
+      // release before it left, measured 0.3-0.4 us slower per call (H200, finegemm bench: 1x2112x7168 8.77 -> 8.42 us,
+      // 64x1536x7168 7.90 -> 7.50). With 128-row tiles, each CTA owning one warpgroup's rows instead of CTA 0 all of
+      // them (with a lead of 2 K blocks): bench --chain, PDL on, us per layer, 72x2112x7168 10.01 -> 9.81,
+      // 128x2112x7168 10.57 -> 10.34; plain calls within 0.1 us.
       auto next_work = [&](Tile& t) -> bool {
         while (next_tile(t)) {
           if (has_work) return true;
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
       bool more = next_work(tile);
       while (more) {
         math.compute_tile(tile, kb_begin);
-        if (cta_rank == 1) {
+        if (!SplitKExchange<Cfg>::owns(math_wg, cta_rank)) {
           exchange.send(math);
           more = next_work(tile);
           continue;
@@ -296,7 +299,7 @@ __global__ void __launch_bounds__(gemm_num_threads(BLOCK_M), 1)
         exchange.receive(math);
         store_tile(tile);
         more = next_work(tile);
-        if (more) exchange.release();
+        if (more) exchange.release(wg_barrier);
       }
     }
     math.end_turns();
