@@ -184,7 +184,7 @@ struct GemmSmemLayout {
   // Split-K: the fp32 partial sums of one warpgroup's 64 rows, which the other CTA of the cluster sends this one
   // (SplitKExchange: each CTA adds and stores the rows of the warpgroups it owns)
   static constexpr uint32_t kOffsetExchange = align_up(kOffsetBarriers + kBarrierBytes, 16u);
-  static constexpr uint32_t kExchangeBytes = kSplitK > 1 ? 64u * BLOCK_N * 4u : 0u;
+  static constexpr uint32_t kExchangeBytes = kSplitK > 1 ? kWarpgroupRows * BLOCK_N * 4u : 0u;
   static constexpr uint32_t kTotalBytes = kOffsetExchange + kExchangeBytes;
   static constexpr uint32_t kAlignmentSlack = 1024;  // the dynamic shared base is aligned up to 1024 in the kernel
   static constexpr uint32_t kLaunchBytes = kTotalBytes + kAlignmentSlack;
@@ -206,7 +206,7 @@ FG_HOST_DEVICE constexpr uint32_t gemm_smem_launch_bytes(uint32_t block_m, uint3
   const uint32_t barrier_bytes = (2 * num_stages + (split_k > 1 ? 2 : 0) +
                                   (gemm_loads_c(output) ? 2 * gemm_num_d_tiles(output) : 0) + (sa_once ? 1 : 0)) *
                                  8;
-  const uint32_t exchange_bytes = split_k > 1 ? 64u * block_n * 4u : 0u;
+  const uint32_t exchange_bytes = split_k > 1 ? kWarpgroupRows * block_n * 4u : 0u;
   return align_up(d_bytes + num_stages * stage_bytes + sa_once_bytes + sb_bytes + barrier_bytes, 16u) +
          exchange_bytes + 1024;
 }

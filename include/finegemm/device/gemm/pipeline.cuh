@@ -34,7 +34,6 @@ enum class NamedBarrier : uint32_t {
   kMathWarpgroup1 = 2,
   kMathTurn0 = 3,
   kMathTurn1 = 4,
-  kMathAll = 5,  // every math thread (split-K: the partial sums were read)
 };
 
 /// Stage index and phase parity of a ring of kNumStages slots, advanced in one place.

@@ -21,7 +21,8 @@ namespace finegemm::device {
 /// elements of the tile.
 template <class Cfg>
 struct SplitKExchange {
-  static constexpr uint32_t kExchangeBytes = Cfg::kNumAccumChunks * 128 * 16;  // one warpgroup's sums
+  static constexpr uint32_t kWarpgroupThreads = 128;
+  static constexpr uint32_t kExchangeBytes = Cfg::kNumAccumChunks * kWarpgroupThreads * 16;  // one warpgroup's sums
 
   const GemmSmem& smem;
   uint32_t wg_thread;  // this thread's place in its warpgroup
@@ -43,7 +44,7 @@ struct SplitKExchange {
 #pragma unroll
     for (uint32_t c = 0; c < Cfg::kNumAccumChunks; ++c) {
       const float* v = math.accum_chunk(c);
-      ptx::st_async_v4_f32(remote + c * 128 * 16, v[0], v[1], v[2], v[3], remote_full);
+      ptx::st_async_v4_f32(remote + c * kWarpgroupThreads * 16, v[0], v[1], v[2], v[3], remote_full);
     }
     phase ^= 1;
   }
@@ -55,7 +56,7 @@ struct SplitKExchange {
     ptx::mbarrier_wait_cluster_acquire(smem.exchange_full, phase);
 #pragma unroll
     for (uint32_t c = 0; c < Cfg::kNumAccumChunks; ++c) {
-      const float4 v = ptx::ld_shared_v4_f32(my_chunks + c * 128 * 4);
+      const float4 v = ptx::ld_shared_v4_f32(my_chunks + c * kWarpgroupThreads * 4);
       float* acc = math.accum_chunk(c);
       acc[0] += v.x;
       acc[1] += v.y;
@@ -68,7 +69,7 @@ struct SplitKExchange {
   /// chunks: one remote arrive, after the tile's store went out (a cluster-scope release took ~0.5 us on an H100; 128
   /// of them, one per thread, longer). Not after the cluster's last tile: nothing more is sent.
   FG_DEVICE void release(uint32_t wg_barrier) {
-    ptx::named_barrier_sync(wg_barrier, 128);
+    ptx::named_barrier_sync(wg_barrier, kWarpgroupThreads);
     if (wg_thread == 0) ptx::mbarrier_arrive_cluster_release(smem.exchange_empty, peer);
     phase ^= 1;
   }
